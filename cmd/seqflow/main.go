@@ -1,0 +1,55 @@
+// Command seqflow is the operator and developer tool of seqflow:
+//
+//	seqflow setup                      create topics and apply migrations
+//	seqflow uplink -session S -from U  publish raw uplinks (bypassing the gateway)
+//	seqflow tap                        print committed sequenced events as JSON lines
+//
+// Connection settings come from SEQFLOW_KAFKA_BROKERS and SEQFLOW_PG_URL,
+// falling back to .data/local.env of the local stack.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+var commands = map[string]command{
+	"setup":  {"create topics and apply PostgreSQL migrations (idempotent)", runSetup},
+	"uplink": {"publish raw uplinks to im.uplink.v1, as a gateway would", runUplink},
+	"tap":    {"print committed events of a topic as JSON lines", runTap},
+}
+
+func main() {
+	if len(os.Args) < 2 || commands[os.Args[1]].run == nil {
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := commands[os.Args[1]].run(ctx, os.Args[2:])
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "seqflow %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: seqflow <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", n, commands[n].summary)
+	}
+}

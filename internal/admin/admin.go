@@ -1,0 +1,72 @@
+// Package admin serves a service's operational HTTP endpoints: /metrics
+// (Prometheus), /healthz (the process is up) and /readyz (its dependencies
+// answer and, for consumers, partitions are assigned).
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// ReadyFunc reports nil when the service is ready.
+type ReadyFunc func(ctx context.Context) error
+
+// Server is the admin HTTP server.
+type Server struct {
+	Addr  string
+	Reg   *prometheus.Registry
+	Ready ReadyFunc
+}
+
+// Handler returns the admin routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Reg, promhttp.HandlerOpts{Registry: s.Reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if s.Ready != nil {
+			if err := s.Ready(ctx); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// Run serves until ctx ends. An empty Addr disables the server.
+func (s *Server) Run(ctx context.Context) error {
+	if s.Addr == "" {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return fmt.Errorf("listen admin %s: %w", s.Addr, err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve admin: %w", err)
+	case <-ctx.Done():
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shut); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shut down admin: %w", err)
+	}
+	<-errc
+	return ctx.Err()
+}

@@ -1,0 +1,196 @@
+// Package segment hands out per-session seqs from ranges reserved in a
+// durable store (seed 000's 号段 mode). A Book holds, in memory, the ranges
+// one owner (a sequencer partition) reserved; seqs are taken from it without
+// any I/O. Reserving extends a session's row atomically, so a range is never
+// handed out twice, to anyone, whatever crashes or pauses.
+//
+// A Book keeps at most Step unused seqs per session: a shortfall asks for
+// max(Step, demand) - remaining and a top-up (prefetch) for Step - remaining.
+// That bounds the gap a crash or a partition move can leave to one step.
+package segment
+
+import (
+	"context"
+	"fmt"
+	"sort"
+)
+
+// Range is the closed interval [Lo, Hi] of seqs.
+type Range struct{ Lo, Hi int64 }
+
+// Len is the number of seqs in r.
+func (r Range) Len() int64 { return r.Hi - r.Lo + 1 }
+
+// Request asks to extend a session's reservation by N seqs.
+type Request struct {
+	SessionID string
+	N         int64
+}
+
+// Grant is a range reserved for a session.
+type Grant struct {
+	SessionID string
+	Range     Range
+}
+
+// Store reserves ranges. One Reserve call is one round trip; when it returns
+// nil the grants are durable and exclusive to the caller. Requests name each
+// session at most once. Reserve must not be called concurrently with itself
+// for the same session from one owner (different owners may race: the store
+// serializes them).
+type Store interface {
+	Reserve(ctx context.Context, reqs []Request) ([]Grant, error)
+}
+
+// Book is the in-memory reservations of one owner. Not safe for concurrent
+// use.
+type Book struct {
+	step     int64
+	lowWater int64
+	sessions map[string]*ranges
+	// taken records, per session, the seqs taken since Begin, for Rewind.
+	taken map[string][]int64
+}
+
+type ranges struct{ rs []Range }
+
+func (r *ranges) remaining() int64 {
+	var n int64
+	for _, x := range r.rs {
+		n += x.Len()
+	}
+	return n
+}
+
+// NewBook returns a Book that reserves step seqs at a time and tops a
+// session up once fewer than lowWater remain (lowWater <= 0 means step/2).
+func NewBook(step, lowWater int64) *Book {
+	if step <= 0 {
+		panic(fmt.Sprintf("segment: step %d must be positive", step))
+	}
+	if lowWater <= 0 || lowWater > step {
+		lowWater = (step + 1) / 2
+	}
+	return &Book{step: step, lowWater: lowWater, sessions: map[string]*ranges{}, taken: map[string][]int64{}}
+}
+
+// Step returns the configured step.
+func (b *Book) Step() int64 { return b.step }
+
+// Remaining returns how many seqs the book holds for session.
+func (b *Book) Remaining(session string) int64 {
+	if r := b.sessions[session]; r != nil {
+		return r.remaining()
+	}
+	return 0
+}
+
+// Shortfall returns the requests needed so that every session of demand
+// has at least that many seqs, sorted by session ID.
+func (b *Book) Shortfall(demand map[string]int) []Request {
+	var out []Request
+	for s, d := range demand {
+		have := b.Remaining(s)
+		if have >= int64(d) {
+			continue
+		}
+		out = append(out, Request{SessionID: s, N: max(b.step, int64(d)) - have})
+	}
+	sortRequests(out)
+	return out
+}
+
+// Low returns top-up requests for the sessions among touched that hold
+// fewer than the low-water mark, sorted by session ID.
+func (b *Book) Low(touched []string) []Request {
+	var out []Request
+	for _, s := range touched {
+		have := b.Remaining(s)
+		if have < b.lowWater {
+			out = append(out, Request{SessionID: s, N: b.step - have})
+		}
+	}
+	sortRequests(out)
+	return out
+}
+
+// Add installs grants. Ranges of a session are kept ascending; a grant below
+// what the book already holds would mean the store handed out a range twice,
+// which is reported as an error and not installed.
+func (b *Book) Add(grants []Grant) error {
+	for _, g := range grants {
+		if g.Range.Len() <= 0 {
+			return fmt.Errorf("segment: empty grant %+v", g)
+		}
+		r := b.sessions[g.SessionID]
+		if r == nil {
+			r = &ranges{}
+			b.sessions[g.SessionID] = r
+		}
+		if n := len(r.rs); n > 0 && r.rs[n-1].Hi >= g.Range.Lo {
+			return fmt.Errorf("segment: grant %+v for session %s overlaps held range %+v", g.Range, g.SessionID, r.rs[n-1])
+		}
+		if n := len(r.rs); n > 0 && r.rs[n-1].Hi+1 == g.Range.Lo {
+			r.rs[n-1].Hi = g.Range.Hi // contiguous: extend
+		} else {
+			r.rs = append(r.rs, g.Range)
+		}
+	}
+	return nil
+}
+
+// Take returns the next seq of session, or false when the book holds none.
+func (b *Book) Take(session string) (int64, bool) {
+	r := b.sessions[session]
+	if r == nil || len(r.rs) == 0 {
+		return 0, false
+	}
+	seq := r.rs[0].Lo
+	if r.rs[0].Lo == r.rs[0].Hi {
+		r.rs = r.rs[1:]
+	} else {
+		r.rs[0].Lo++
+	}
+	b.taken[session] = append(b.taken[session], seq)
+	return seq, true
+}
+
+// Begin starts a batch: seqs taken from now on can be given back by Rewind.
+func (b *Book) Begin() { clear(b.taken) }
+
+// Commit forgets the seqs taken since Begin: they are spent for good.
+func (b *Book) Commit() { clear(b.taken) }
+
+// Rewind gives back every seq taken since Begin. Call it only when the
+// batch that used them is known not to have committed (its Kafka transaction
+// aborted), so the seqs were never visible to anybody.
+func (b *Book) Rewind() {
+	for s, seqs := range b.taken {
+		r := b.sessions[s]
+		if r == nil {
+			r = &ranges{}
+			b.sessions[s] = r
+		}
+		var back []Range
+		for _, q := range seqs {
+			if n := len(back); n > 0 && back[n-1].Hi+1 == q {
+				back[n-1].Hi = q
+				continue
+			}
+			back = append(back, Range{q, q})
+		}
+		if len(back) > 0 && len(r.rs) > 0 && back[len(back)-1].Hi+1 == r.rs[0].Lo {
+			r.rs[0].Lo = back[len(back)-1].Lo
+			back = back[:len(back)-1]
+		}
+		r.rs = append(back, r.rs...)
+	}
+	clear(b.taken)
+}
+
+// Sessions returns how many sessions the book holds ranges for.
+func (b *Book) Sessions() int { return len(b.sessions) }
+
+func sortRequests(rs []Request) {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].SessionID < rs[j].SessionID })
+}

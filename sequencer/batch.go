@@ -1,0 +1,350 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/seqflow/seqflow/internal/dedup"
+	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/msgid"
+	"github.com/seqflow/seqflow/internal/segment"
+	"github.com/seqflow/seqflow/schemas"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+const service = "sequencer"
+
+// item is one uplink record and what the batch decided for it.
+type item struct {
+	rec   *kgo.Record
+	up    *imv1.Uplink
+	bad   *invalidError
+	dupOf *dedup.Entry // the committed entry a retry repeats
+	first int          // index of the batch's first copy of this client message, or -1
+	entry dedup.Entry  // what a new message got
+}
+
+// partBatch is the records of one partition in a batch.
+type partBatch struct {
+	p       int32
+	st      *partState
+	items   []item
+	demand  map[string]int
+	touched []string
+	out     []*kgo.Record
+	fresh   int // new messages sequenced
+	dups    int
+	bad     int
+	hwm     int64
+	next    int64
+	began   bool // assign took seqs from the book
+}
+
+// batch is one poll's records, one transaction.
+type batch struct {
+	nowMs int64
+	parts []*partBatch
+}
+
+// prepare decodes and classifies every record, per partition in parallel,
+// and reserves the segments the batch is short of in one round trip.
+func (s *Sequencer) prepare(ctx context.Context, fetches kgo.Fetches) (*batch, error) {
+	b := &batch{nowMs: time.Now().UnixMilli()}
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if fp.Topic == eventlog.TopicUplink && len(fp.Records) > 0 {
+			b.parts = append(b.parts, &partBatch{p: fp.Partition, items: make([]item, len(fp.Records)),
+				demand: map[string]int{}, hwm: fp.HighWatermark, next: fp.Records[len(fp.Records)-1].Offset + 1})
+			for i, r := range fp.Records {
+				b.parts[len(b.parts)-1].items[i] = item{rec: r, first: -1}
+			}
+		}
+	})
+	g, gctx := errgroup.WithContext(ctx)
+	for _, pb := range b.parts {
+		g.Go(func() error {
+			st, err := s.state(gctx, pb.p)
+			if err != nil {
+				return err
+			}
+			pb.st = st
+			pb.classify(s.cfg.MaxUplinkBytes, b.nowMs)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var reqs []segment.Request
+	owner := map[string]*partBatch{}
+	for _, pb := range b.parts {
+		for _, r := range pb.st.book.Shortfall(pb.demand) {
+			if _, dup := owner[r.SessionID]; dup {
+				// One session in two partitions: only while partitions are
+				// being added. Serve it next batch rather than mix books.
+				return nil, fmt.Errorf("session %s appears in two uplink partitions; was the partition count changed without draining?", r.SessionID)
+			}
+			owner[r.SessionID] = pb
+			reqs = append(reqs, r)
+		}
+	}
+	if len(reqs) > 0 {
+		grants, err := s.reserve(ctx, "shortfall", reqs)
+		if err != nil {
+			return nil, err
+		}
+		if err := addGrants(owner, grants); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func addGrants(owner map[string]*partBatch, grants []segment.Grant) error {
+	for _, gr := range grants {
+		pb := owner[gr.SessionID]
+		if pb == nil || pb.st.dropped.Load() {
+			continue
+		}
+		if err := pb.st.book.Add([]segment.Grant{gr}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Sequencer) reserve(ctx context.Context, kind string, reqs []segment.Request) ([]segment.Grant, error) {
+	start := time.Now()
+	grants, err := s.store.Reserve(ctx, reqs)
+	s.m.renewSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.m.renewErrors.Inc()
+		return nil, err
+	}
+	s.m.renewals.WithLabelValues(kind).Add(float64(len(grants)))
+	return grants, nil
+}
+
+type dkey struct{ session, clientMsgID string }
+
+// classify decodes each record and decides: dead letter, retry of a
+// committed message, retry of a message earlier in this batch, or new.
+func (pb *partBatch) classify(maxBytes int, nowMs int64) {
+	seen := map[dkey]int{}
+	for i := range pb.items {
+		it := &pb.items[i]
+		it.up, it.bad = decodeUplink(it.rec.Key, it.rec.Value, maxBytes)
+		if it.bad != nil {
+			continue
+		}
+		k := dkey{it.up.SessionId, it.up.ClientMsgId}
+		if e, ok := pb.st.window.Get(k.session, k.clientMsgID, nowMs); ok {
+			it.dupOf = &e
+			continue
+		}
+		if j, ok := seen[k]; ok {
+			it.first = j
+			continue
+		}
+		seen[k] = i
+		if pb.demand[k.session] == 0 {
+			pb.touched = append(pb.touched, k.session)
+		}
+		pb.demand[k.session]++
+		pb.fresh++
+	}
+}
+
+// assign gives every new message its seq and message ID and builds the
+// output records, per partition in parallel, in uplink order.
+func (b *batch) assign(ctx context.Context, s *Sequencer, gen *msgid.Generator) error {
+	g, _ := errgroup.WithContext(ctx)
+	for _, pb := range b.parts {
+		g.Go(func() error { return pb.assign(gen, b.nowMs) })
+	}
+	return g.Wait()
+}
+
+func (pb *partBatch) assign(gen *msgid.Generator, nowMs int64) error {
+	pb.st.book.Begin()
+	pb.began = true
+	ids := make([]int64, pb.fresh)
+	if err := gen.NextN(ids); err != nil {
+		return fmt.Errorf("issue message ids: %w", err)
+	}
+	pb.out = make([]*kgo.Record, 0, len(pb.items))
+	for i := range pb.items {
+		it := &pb.items[i]
+		switch {
+		case it.bad != nil:
+			pb.bad++
+			pb.out = append(pb.out, deadLetter(it.rec, it.bad, nowMs))
+		case it.dupOf != nil:
+			pb.dups++
+			pb.out = append(pb.out, duplicateAck(pb.p, it.up, *it.dupOf, nowMs))
+		case it.first >= 0:
+			pb.dups++
+			pb.out = append(pb.out, duplicateAck(pb.p, it.up, pb.items[it.first].entry, nowMs))
+		default:
+			seq, ok := pb.st.book.Take(it.up.SessionId)
+			if !ok {
+				return fmt.Errorf("session %s: no reserved seq left (reservation accounting bug)", it.up.SessionId)
+			}
+			it.entry = dedup.Entry{Seq: seq, MsgID: ids[0], ServerTsMs: nowMs}
+			ids = ids[1:]
+			ev := sequenced(it.up, seq, it.entry.MsgID, nowMs, pb.p, it.rec.Offset)
+			v, err := proto.Marshal(ev)
+			if err != nil {
+				return fmt.Errorf("marshal sequenced event: %w", err)
+			}
+			pb.out = append(pb.out, &kgo.Record{
+				Topic: eventlog.TopicSequenced, Partition: pb.p, Key: it.rec.Key, Value: v,
+				Timestamp: time.UnixMilli(nowMs),
+				Headers:   eventlog.Headers(eventType(it.up), "seqflow.im.v1.SequencedEvent", service, eventlog.Header(it.rec, schemas.HeaderTraceparent)),
+			})
+		}
+	}
+	return nil
+}
+
+func duplicateAck(p int32, u *imv1.Uplink, e dedup.Entry, nowMs int64) *kgo.Record {
+	v, _ := proto.Marshal(&imv1.DuplicateAck{
+		SessionId: u.SessionId, ClientMsgId: u.ClientMsgId, Seq: e.Seq, MsgId: e.MsgID,
+		SenderUserId: u.SenderUserId, SenderDeviceId: u.SenderDeviceId, GatewayId: u.GatewayId,
+		OriginalServerTsMs: e.ServerTsMs, ServerTsMs: nowMs,
+	})
+	return &kgo.Record{
+		Topic: eventlog.TopicDuplicates, Partition: p, Key: []byte(u.SessionId), Value: v,
+		Timestamp: time.UnixMilli(nowMs),
+		Headers:   eventlog.Headers("duplicate", "seqflow.im.v1.DuplicateAck", service, ""),
+	}
+}
+
+func deadLetter(r *kgo.Record, why *invalidError, nowMs int64) *kgo.Record {
+	dl := &imv1.DeadLetter{
+		Code: why.Code, Reason: why.Reason, Service: service,
+		OriginalTopic: r.Topic, OriginalPartition: r.Partition, OriginalOffset: r.Offset,
+		OriginalKey: r.Key, OriginalValue: r.Value, OriginalTsMs: r.Timestamp.UnixMilli(), DeadLetteredTsMs: nowMs,
+	}
+	for _, h := range r.Headers {
+		dl.OriginalHeaders = append(dl.OriginalHeaders, &imv1.Header{Key: h.Key, Value: h.Value})
+	}
+	v, _ := proto.Marshal(dl)
+	return &kgo.Record{
+		Topic: eventlog.TopicDeadLetter, Partition: 0, Key: r.Key, Value: v, Timestamp: time.UnixMilli(nowMs),
+		Headers: eventlog.Headers("dead_letter", "seqflow.im.v1.DeadLetter", service, eventlog.Header(r, schemas.HeaderTraceparent)),
+	}
+}
+
+// produce hands every output record to the transactional producer, each
+// partition's records in order, and waits until all are acknowledged.
+func (b *batch) produce(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	var mu sync.Mutex
+	var first error
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}
+	}
+	for _, pb := range b.parts {
+		for _, r := range pb.out {
+			sess.Produce(ctx, r, promise)
+		}
+	}
+	if err := sess.Client().Flush(ctx); err != nil {
+		return fmt.Errorf("flush sequenced events: %w", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if first != nil {
+		return fmt.Errorf("produce sequenced events: %w", first)
+	}
+	return nil
+}
+
+type topUpResult struct {
+	owner  map[string]*partBatch
+	grants []segment.Grant
+	err    error
+}
+
+// startTopUp reserves, concurrently with the transaction commit, the next
+// segment of every session that ran low, so later batches need no round
+// trip on their hot path.
+func (s *Sequencer) startTopUp(ctx context.Context, b *batch) <-chan topUpResult {
+	owner := map[string]*partBatch{}
+	var reqs []segment.Request
+	for _, pb := range b.parts {
+		for _, r := range pb.st.book.Low(pb.touched) {
+			owner[r.SessionID] = pb
+			reqs = append(reqs, r)
+		}
+	}
+	ch := make(chan topUpResult, 1)
+	if len(reqs) == 0 {
+		ch <- topUpResult{}
+		return ch
+	}
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		grants, err := s.reserve(rctx, "prefetch", reqs)
+		ch <- topUpResult{owner: owner, grants: grants, err: err}
+	}()
+	return ch
+}
+
+func (b *batch) installTopUp(s *Sequencer, r topUpResult) {
+	if r.err != nil {
+		if !errors.Is(r.err, context.Canceled) {
+			s.log.Warn("segment prefetch failed; the next batch reserves synchronously", "err", r.err)
+		}
+		return
+	}
+	if err := addGrants(r.owner, r.grants); err != nil {
+		s.log.Error("install prefetched segments", "err", err)
+	}
+}
+
+// commit records, after the transaction committed, what its messages got.
+func (b *batch) commit(s *Sequencer) {
+	n := 0
+	for _, pb := range b.parts {
+		n += len(pb.items)
+		pb.st.book.Commit()
+		before := pb.st.window.Evicted
+		for i := range pb.items {
+			it := &pb.items[i]
+			if it.up != nil && it.dupOf == nil && it.first < 0 {
+				pb.st.window.Put(it.up.SessionId, it.up.ClientMsgId, it.entry, b.nowMs)
+			}
+		}
+		s.m.dedupEvicted.Add(float64(pb.st.window.Evicted - before))
+		s.m.records.WithLabelValues("sequenced").Add(float64(pb.fresh))
+		s.m.records.WithLabelValues("duplicate").Add(float64(pb.dups))
+		s.m.records.WithLabelValues("dead_letter").Add(float64(pb.bad))
+		s.m.lag.WithLabelValues(strconv.Itoa(int(pb.p))).Set(float64(max(0, pb.hwm-pb.next)))
+	}
+	s.m.batchSize.Observe(float64(n))
+}
+
+// rewind gives back the seqs of an aborted batch: its events were never
+// committed, so nobody saw them.
+func (b *batch) rewind() {
+	for _, pb := range b.parts {
+		if pb.began {
+			pb.st.book.Rewind()
+		}
+	}
+}

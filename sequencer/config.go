@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/config"
+)
+
+// Config is the sequencer's configuration, read from the environment.
+type Config struct {
+	// Brokers: SEQFLOW_KAFKA_BROKERS, comma-separated (required).
+	Brokers []string
+	// PGURL: SEQFLOW_PG_URL (required).
+	PGURL string
+	// InstanceID: SEQUENCER_INSTANCE_ID, default "<hostname>-<pid>". The
+	// transactional ID is "seqflow-sequencer-<InstanceID>": give a restarted
+	// instance the same ID so it fences its previous incarnation at once
+	// instead of waiting for the transaction timeout.
+	InstanceID string
+	// Group: SEQUENCER_GROUP, default "seqflow-sequencer".
+	Group string
+	// Step: SEQUENCER_STEP, seqs reserved per renewal, default 1000.
+	Step int
+	// DedupWindow: SEQUENCER_DEDUP_WINDOW, default 24h.
+	DedupWindow time.Duration
+	// DedupMaxEntries: SEQUENCER_DEDUP_MAX_ENTRIES per partition, default
+	// 2,000,000 (about 200 MB at most); past it the oldest entries go first.
+	DedupMaxEntries int
+	// MaxPollRecords: SEQUENCER_MAX_POLL_RECORDS per transaction, default 10000.
+	MaxPollRecords int
+	// MaxUplinkBytes: SEQUENCER_MAX_UPLINK_BYTES, default 65536; larger uplinks
+	// are dead-lettered.
+	MaxUplinkBytes int
+	// SessionTimeout: SEQUENCER_SESSION_TIMEOUT, default 10s.
+	SessionTimeout time.Duration
+	// RebalanceTimeout: SEQUENCER_REBALANCE_TIMEOUT, default 30s.
+	RebalanceTimeout time.Duration
+	// TxnTimeout: SEQUENCER_TXN_TIMEOUT, default 10s; also bounds how long a
+	// new owner waits for a dead owner's open transaction.
+	TxnTimeout time.Duration
+	// LeaseTTL: SEQUENCER_NODE_LEASE_TTL, the snowflake node lease, default 15s.
+	LeaseTTL time.Duration
+	// MaxClockBackwards: SEQUENCER_MAX_CLOCK_BACKWARDS waited out, default 1s.
+	MaxClockBackwards time.Duration
+	// AdminAddr: SEQUENCER_ADMIN_ADDR for /metrics, /healthz, /readyz,
+	// default 127.0.0.1:9101; empty disables.
+	AdminAddr string
+	// CommitDelay: SEQUENCER_DEBUG_COMMIT_DELAY, a pause between producing a
+	// batch and committing it, default 0. Only for fault tests, which need
+	// an instance caught mid-transaction.
+	CommitDelay time.Duration
+}
+
+// LoadConfig reads Config from env.
+func LoadConfig(e *config.Env) (Config, error) {
+	host, _ := os.Hostname()
+	c := Config{
+		Brokers:           e.List("SEQFLOW_KAFKA_BROKERS", nil),
+		PGURL:             e.Required("SEQFLOW_PG_URL"),
+		InstanceID:        e.String("SEQUENCER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+		Group:             e.String("SEQUENCER_GROUP", "seqflow-sequencer"),
+		Step:              e.Int("SEQUENCER_STEP", 1000, 1, 1_000_000),
+		DedupWindow:       e.Duration("SEQUENCER_DEDUP_WINDOW", 24*time.Hour, time.Second, 30*24*time.Hour),
+		DedupMaxEntries:   e.Int("SEQUENCER_DEDUP_MAX_ENTRIES", 2_000_000, 1000, 1<<30),
+		MaxPollRecords:    e.Int("SEQUENCER_MAX_POLL_RECORDS", 10_000, 1, 1_000_000),
+		MaxUplinkBytes:    e.Int("SEQUENCER_MAX_UPLINK_BYTES", 64<<10, 256, 900<<10),
+		SessionTimeout:    e.Duration("SEQUENCER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
+		RebalanceTimeout:  e.Duration("SEQUENCER_REBALANCE_TIMEOUT", 30*time.Second, time.Second, 10*time.Minute),
+		TxnTimeout:        e.Duration("SEQUENCER_TXN_TIMEOUT", 10*time.Second, time.Second, 15*time.Minute),
+		LeaseTTL:          e.Duration("SEQUENCER_NODE_LEASE_TTL", 15*time.Second, 3*time.Second, time.Hour),
+		MaxClockBackwards: e.Duration("SEQUENCER_MAX_CLOCK_BACKWARDS", time.Second, 0, time.Minute),
+		AdminAddr:         e.String("SEQUENCER_ADMIN_ADDR", "127.0.0.1:9101"),
+		CommitDelay:       e.Duration("SEQUENCER_DEBUG_COMMIT_DELAY", 0, 0, time.Minute),
+	}
+	if len(c.Brokers) == 0 {
+		e.Required("SEQFLOW_KAFKA_BROKERS")
+	}
+	if err := e.Err(); err != nil {
+		return c, fmt.Errorf("sequencer config: %w", err)
+	}
+	return c, nil
+}
+
+// TransactionalID is the Kafka transactional ID of this instance.
+func (c Config) TransactionalID() string { return "seqflow-sequencer-" + c.InstanceID }

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/seqflow/seqflow/internal/dedup"
+	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// restoreWindow rebuilds partition p's dedup window from the committed
+// sequenced log: every event from (now - window) up to the end. It first
+// waits until no transaction is open on the partition (the last stable
+// offset reaches the high watermark seen at start), because a previous
+// owner's commit may still be writing its markers: reading only up to an
+// older stable offset would miss messages that are committed.
+func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, int, error) {
+	w := dedup.NewWindow(s.cfg.DedupWindow, s.cfg.DedupMaxEntries)
+	cl, err := kgo.NewClient(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore")...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("restore client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	topic := eventlog.TopicSequenced
+
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	hwm, ok := ends.Lookup(topic, p)
+	if !ok || hwm.Err != nil {
+		return nil, 0, fmt.Errorf("end offset of %s/%d: %v", topic, p, hwm.Err)
+	}
+	deadline := time.Now().Add(2*s.cfg.TxnTimeout + 15*time.Second)
+	var lso int64
+	for {
+		stable, err := adm.ListCommittedOffsets(ctx, topic)
+		if err != nil {
+			return nil, 0, fmt.Errorf("list stable offsets of %s: %w", topic, err)
+		}
+		o, ok := stable.Lookup(topic, p)
+		if !ok || o.Err != nil {
+			return nil, 0, fmt.Errorf("stable offset of %s/%d: %v", topic, p, o.Err)
+		}
+		if lso = o.Offset; lso >= hwm.Offset {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, fmt.Errorf("%s/%d: a transaction stays open (stable offset %d < %d) past the transaction timeout", topic, p, lso, hwm.Offset)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	from, err := adm.ListOffsetsAfterMilli(ctx, time.Now().Add(-s.cfg.DedupWindow).UnixMilli(), topic)
+	if err != nil {
+		return nil, 0, fmt.Errorf("find window start of %s: %w", topic, err)
+	}
+	start, ok := from.Lookup(topic, p)
+	if !ok || start.Err != nil {
+		return nil, 0, fmt.Errorf("window start of %s/%d: %v", topic, p, start.Err)
+	}
+	if start.Offset < 0 || start.Offset >= lso {
+		return w, 0, nil // nothing inside the window
+	}
+
+	rd, err := kgo.NewClient(append(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // the last offset before the stable offset may be a marker
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(start.Offset)}}),
+	)...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("restore reader: %w", err)
+	}
+	defer rd.Close()
+	nowMs := time.Now().UnixMilli()
+	n := 0
+	for {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		if err := fs.Err0(); err != nil {
+			return nil, 0, fmt.Errorf("read %s/%d: %w", topic, p, err)
+		}
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= lso-1 {
+				done = true
+			}
+			if r.Attrs.IsControl() || r.Offset >= lso {
+				return
+			}
+			var ev imv1.SequencedEvent
+			if err := proto.Unmarshal(r.Value, &ev); err != nil {
+				return // not ours to judge here; the log only holds what we wrote
+			}
+			w.Put(ev.SessionId, ev.ClientMsgId, dedup.Entry{Seq: ev.Seq, MsgID: ev.MsgId, ServerTsMs: ev.ServerTsMs}, nowMs)
+			n++
+		})
+		if done {
+			return w, n, nil
+		}
+	}
+}

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/seqflow/seqflow/internal/admin"
+	"github.com/seqflow/seqflow/internal/dedup"
+	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/msgid"
+	"github.com/seqflow/seqflow/internal/segment"
+)
+
+// Sequencer consumes im.uplink.v1 and emits im.sequenced.v1 exactly once:
+// each poll batch is one Kafka transaction that holds the sequenced events,
+// duplicate ACKs, dead letters and the consumed offsets.
+type Sequencer struct {
+	cfg   Config
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	m     *metrics
+	pool  *pgxpool.Pool
+	store segment.Store
+
+	mu    sync.Mutex
+	parts map[int32]*partState // assigned partitions with live state
+	// epoch counts revocations per partition, so state rebuilt while the
+	// partition was revoked underneath is never installed.
+	epoch map[int32]uint64
+	ready atomic.Bool
+}
+
+// partState is what the sequencer holds for one assigned uplink partition.
+// It is created on the first batch after assignment and dropped on
+// revocation, so a partition that comes back starts from the log and
+// PostgreSQL again.
+type partState struct {
+	book    *segment.Book
+	window  *dedup.Window
+	dropped atomic.Bool
+}
+
+// New builds a sequencer; it connects to nothing until Run.
+func New(cfg Config, log *slog.Logger) *Sequencer {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return &Sequencer{cfg: cfg, log: log, reg: reg, m: newMetrics(reg), parts: map[int32]*partState{}, epoch: map[int32]uint64{}}
+}
+
+// Run sequences until ctx ends. Unrecoverable Kafka transaction errors
+// rebuild the transact session (dropping all partition state) rather than
+// exit; lost node leases and configuration errors end Run.
+func (s *Sequencer) Run(ctx context.Context) error {
+	pool, err := pgxpool.New(ctx, s.cfg.PGURL)
+	if err != nil {
+		return fmt.Errorf("connect postgres: %w", err)
+	}
+	defer pool.Close()
+	s.pool = pool
+	if s.store == nil {
+		s.store = segment.NewPGStore(pool, int64(s.cfg.Step))
+	}
+	if err := s.checkTopics(ctx); err != nil {
+		return err
+	}
+	lease, err := msgid.Acquire(ctx, pool, s.cfg.TransactionalID(), s.cfg.LeaseTTL, msgid.WallClock, s.cfg.MaxClockBackwards, s.log)
+	if err != nil {
+		return err
+	}
+	s.log.Info("sequencer starting", "instance_id", s.cfg.InstanceID, "node_id", lease.Gen.Node())
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return lease.Run(gctx) })
+	g.Go(func() error {
+		return (&admin.Server{Addr: s.cfg.AdminAddr, Reg: s.reg, Ready: s.readyz}).Run(gctx)
+	})
+	g.Go(func() error {
+		for {
+			err := s.runSession(gctx, lease.Gen)
+			if gctx.Err() != nil {
+				return gctx.Err()
+			}
+			s.m.sessionsReset.Inc()
+			s.log.Error("transact session failed; rebuilding it", "err", err)
+			select {
+			case <-gctx.Done():
+				return gctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	})
+	return g.Wait()
+}
+
+func (s *Sequencer) readyz(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if !s.ready.Load() {
+		return errors.New("no uplink partitions assigned yet")
+	}
+	return nil
+}
+
+// checkTopics verifies that uplink and sequenced topics have the same
+// partition count: events go to the partition number of their uplink.
+func (s *Sequencer) checkTopics(ctx context.Context) error {
+	cl, err := kgo.NewClient(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-admin")...)
+	if err != nil {
+		return fmt.Errorf("kafka admin client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	up, err := eventlog.Partitions(ctx, adm, eventlog.TopicUplink)
+	if err != nil {
+		return err
+	}
+	for _, t := range []string{eventlog.TopicSequenced, eventlog.TopicDuplicates} {
+		n, err := eventlog.Partitions(ctx, adm, t)
+		if err != nil {
+			return err
+		}
+		if n != up {
+			return &eventlog.PartitionMismatchError{Topic: t, Want: up, Got: n}
+		}
+	}
+	return nil
+}
+
+// onRevoked drops the state of revoked or lost partitions before the
+// partitions are released: a partition that comes back must renew its
+// segments from PostgreSQL and rebuild its dedup window from the log.
+func (s *Sequencer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range revoked[eventlog.TopicUplink] {
+		s.epoch[p]++
+		if st := s.parts[p]; st != nil {
+			st.dropped.Store(true)
+			delete(s.parts, p)
+		}
+		s.m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
+		s.log.Info("partition released", "partition", p)
+	}
+}
+
+func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	s.ready.Store(true)
+	for _, p := range assigned[eventlog.TopicUplink] {
+		s.log.Info("partition assigned", "partition", p)
+	}
+}
+
+func (s *Sequencer) dropAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p, st := range s.parts {
+		s.epoch[p]++
+		st.dropped.Store(true)
+		delete(s.parts, p)
+	}
+}
+
+// runSession runs one GroupTransactSession until ctx ends or the session
+// fails beyond recovery.
+func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error {
+	defer s.dropAll()
+	opts := append(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-"+s.cfg.InstanceID),
+		kgo.TransactionalID(s.cfg.TransactionalID()),
+		kgo.TransactionTimeout(s.cfg.TxnTimeout),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.Lz4Compression(), kgo.NoCompression()),
+		kgo.ProducerLinger(0),
+		kgo.ConsumerGroup(s.cfg.Group),
+		kgo.ConsumeTopics(eventlog.TopicUplink),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.SessionTimeout(s.cfg.SessionTimeout),
+		kgo.RebalanceTimeout(s.cfg.RebalanceTimeout),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(s.onAssigned),
+		kgo.OnPartitionsRevoked(s.onRevoked),
+		kgo.OnPartitionsLost(s.onRevoked),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return fmt.Errorf("create transact session: %w", err)
+	}
+	defer sess.Close()
+	for {
+		fetches := sess.PollRecords(ctx, s.cfg.MaxPollRecords)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var fatal error
+		fetches.EachError(func(t string, p int32, err error) {
+			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+			if errors.Is(err, kgo.ErrClientClosed) {
+				fatal = err
+			}
+		})
+		if fatal != nil {
+			return fatal
+		}
+		if fetches.NumRecords() == 0 {
+			sess.AllowRebalance()
+			continue
+		}
+		if err := s.transact(ctx, sess, gen, fetches); err != nil {
+			return err
+		}
+		sess.AllowRebalance()
+	}
+}
+
+// transact runs one batch as one transaction. It returns an error only when
+// the session must be rebuilt.
+func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession, gen *msgid.Generator, fetches kgo.Fetches) error {
+	if err := sess.Begin(); err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	b, err := s.prepare(ctx, fetches)
+	if err == nil {
+		err = b.assign(ctx, s, gen)
+	}
+	var produceErr error
+	if err == nil {
+		produceErr = b.produce(ctx, sess)
+	}
+	var topUp <-chan topUpResult
+	if err == nil && produceErr == nil {
+		topUp = s.startTopUp(ctx, b)
+		if s.cfg.CommitDelay > 0 {
+			time.Sleep(s.cfg.CommitDelay)
+		}
+	}
+	want := kgo.TryCommit
+	if err != nil || produceErr != nil {
+		want = kgo.TryAbort
+	}
+	start := time.Now()
+	committed, endErr := sess.End(ctx, want)
+	result := "aborted"
+	if committed {
+		result = "committed"
+	}
+	s.m.txnSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	if topUp != nil {
+		b.installTopUp(s, <-topUp)
+	}
+	switch {
+	case endErr != nil:
+		// The outcome is unknown: nothing held in memory can be trusted.
+		return fmt.Errorf("end transaction: %w", endErr)
+	case committed:
+		b.commit(s)
+		return nil
+	default:
+		b.rewind()
+		if err == nil {
+			err = produceErr
+		}
+		if err != nil {
+			s.log.Warn("batch aborted; records will be retried", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		} else {
+			s.log.Info("batch aborted by a rebalance; records will be retried by their owner")
+		}
+		return nil
+	}
+}
+
+// state returns the live state of partition p, creating it (and rebuilding
+// its dedup window from the sequenced log) on first use after assignment.
+func (s *Sequencer) state(ctx context.Context, p int32) (*partState, error) {
+	s.mu.Lock()
+	st, epoch := s.parts[p], s.epoch[p]
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	start := time.Now()
+	w, n, err := s.restoreWindow(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	s.m.restores.Inc()
+	s.m.restoreSecs.Observe(time.Since(start).Seconds())
+	s.log.Info("dedup window rebuilt", "partition", p, "entries", n, "elapsed", time.Since(start).Round(time.Millisecond))
+	st = &partState{book: segment.NewBook(int64(s.cfg.Step), 0), window: w}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epoch[p] != epoch {
+		return nil, fmt.Errorf("partition %d was revoked while its dedup window was rebuilt", p)
+	}
+	s.parts[p] = st
+	return st, nil
+}

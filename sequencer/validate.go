@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// limits on an uplink's fields; the gateway enforces tighter ones, these
+// protect the log from anything else that writes the uplink topic.
+const (
+	maxIDLen      = 128
+	maxMembers    = 10_000
+	maxTypeLen    = 64
+	maxTitleBytes = 512
+)
+
+// invalidError is why an uplink cannot be sequenced; it goes to the dead
+// letter record.
+type invalidError struct {
+	Code   imv1.ErrorCode
+	Reason string
+}
+
+func (e *invalidError) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Reason) }
+
+func invalid(code imv1.ErrorCode, format string, args ...any) *invalidError {
+	return &invalidError{Code: code, Reason: fmt.Sprintf(format, args...)}
+}
+
+// decodeUplink parses and validates one uplink record value.
+func decodeUplink(key, value []byte, maxBytes int) (*imv1.Uplink, *invalidError) {
+	if len(value) > maxBytes {
+		return nil, invalid(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "uplink is %d bytes, limit %d", len(value), maxBytes)
+	}
+	var u imv1.Uplink
+	if err := proto.Unmarshal(value, &u); err != nil {
+		return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNDECODABLE, "not a seqflow.im.v1.Uplink: %v", err)
+	}
+	for _, f := range []struct{ name, v string }{
+		{"session_id", u.SessionId}, {"client_msg_id", u.ClientMsgId}, {"sender_user_id", u.SenderUserId},
+	} {
+		if f.v == "" {
+			return nil, invalid(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "%s is empty", f.name)
+		}
+		if len(f.v) > maxIDLen || !utf8.ValidString(f.v) {
+			return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s must be valid UTF-8 of at most %d bytes", f.name, maxIDLen)
+		}
+	}
+	if string(key) != u.SessionId {
+		return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "record key %q is not the session_id %q: the uplink would break session stickiness", truncate(key), u.SessionId)
+	}
+	switch c := u.Command.(type) {
+	case *imv1.Uplink_Message:
+		if c.Message.GetType() == "" || len(c.Message.GetType()) > maxTypeLen {
+			return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "message type must be 1..%d bytes", maxTypeLen)
+		}
+	case *imv1.Uplink_SessionCreate:
+		if len(c.SessionCreate.GetMemberUserIds()) == 0 || len(c.SessionCreate.GetMemberUserIds()) > maxMembers {
+			return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "session_create needs 1..%d members", maxMembers)
+		}
+		if len(c.SessionCreate.GetTitle()) > maxTitleBytes {
+			return nil, invalid(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "title over %d bytes", maxTitleBytes)
+		}
+	case *imv1.Uplink_Membership:
+		if c.Membership.GetOp() == imv1.MembershipChange_OP_UNSPECIFIED || len(c.Membership.GetUserIds()) == 0 || len(c.Membership.GetUserIds()) > maxMembers {
+			return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "membership needs an op and 1..%d user ids", maxMembers)
+		}
+	case *imv1.Uplink_Edit:
+		if c.Edit.GetTargetSeq() <= 0 || c.Edit.GetContent() == nil {
+			return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "edit needs target_seq > 0 and content")
+		}
+	case *imv1.Uplink_Recall:
+		if c.Recall.GetTargetSeq() <= 0 {
+			return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "recall needs target_seq > 0")
+		}
+	default:
+		return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "uplink has no command")
+	}
+	return &u, nil
+}
+
+func truncate(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
+}
+
+// eventType names the command for the event-type header.
+func eventType(u *imv1.Uplink) string {
+	switch u.Command.(type) {
+	case *imv1.Uplink_Message:
+		return "message"
+	case *imv1.Uplink_SessionCreate:
+		return "session_create"
+	case *imv1.Uplink_Membership:
+		return "membership"
+	case *imv1.Uplink_Edit:
+		return "edit"
+	case *imv1.Uplink_Recall:
+		return "recall"
+	}
+	return "unknown"
+}
+
+// sequenced builds the event of u with its seq and message ID.
+func sequenced(u *imv1.Uplink, seq, msgID, nowMs int64, partition int32, offset int64) *imv1.SequencedEvent {
+	ev := &imv1.SequencedEvent{
+		SessionId: u.SessionId, Seq: seq, MsgId: msgID, ClientMsgId: u.ClientMsgId,
+		SenderUserId: u.SenderUserId, SenderDeviceId: u.SenderDeviceId, GatewayId: u.GatewayId,
+		ServerTsMs: nowMs, GatewayTsMs: u.GatewayTsMs, UplinkPartition: partition, UplinkOffset: offset,
+	}
+	switch c := u.Command.(type) {
+	case *imv1.Uplink_Message:
+		ev.Payload = &imv1.SequencedEvent_Message{Message: c.Message}
+	case *imv1.Uplink_SessionCreate:
+		ev.Payload = &imv1.SequencedEvent_SessionCreate{SessionCreate: c.SessionCreate}
+	case *imv1.Uplink_Membership:
+		ev.Payload = &imv1.SequencedEvent_Membership{Membership: c.Membership}
+	case *imv1.Uplink_Edit:
+		ev.Payload = &imv1.SequencedEvent_Edit{Edit: c.Edit}
+	case *imv1.Uplink_Recall:
+		ev.Payload = &imv1.SequencedEvent_Recall{Recall: c.Recall}
+	}
+	return ev
+}
