@@ -59,7 +59,7 @@ type batch struct {
 func (s *Sequencer) prepare(ctx context.Context, fetches kgo.Fetches) (*batch, error) {
 	b := &batch{nowMs: time.Now().UnixMilli()}
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-		if fp.Topic == eventlog.TopicUplink && len(fp.Records) > 0 {
+		if fp.Topic == s.cfg.Topics.Uplink && len(fp.Records) > 0 {
 			b.parts = append(b.parts, &partBatch{p: fp.Partition, items: make([]item, len(fp.Records)),
 				demand: map[string]int{}, hwm: fp.HighWatermark, next: fp.Records[len(fp.Records)-1].Offset + 1})
 			for i, r := range fp.Records {
@@ -167,12 +167,12 @@ func (pb *partBatch) classify(maxBytes int, nowMs int64) {
 func (b *batch) assign(ctx context.Context, s *Sequencer, gen *msgid.Generator) error {
 	g, _ := errgroup.WithContext(ctx)
 	for _, pb := range b.parts {
-		g.Go(func() error { return pb.assign(gen, b.nowMs) })
+		g.Go(func() error { return pb.assign(s.cfg.Topics, gen, b.nowMs) })
 	}
 	return g.Wait()
 }
 
-func (pb *partBatch) assign(gen *msgid.Generator, nowMs int64) error {
+func (pb *partBatch) assign(t eventlog.Topics, gen *msgid.Generator, nowMs int64) error {
 	pb.st.book.Begin()
 	pb.began = true
 	ids := make([]int64, pb.fresh)
@@ -185,13 +185,13 @@ func (pb *partBatch) assign(gen *msgid.Generator, nowMs int64) error {
 		switch {
 		case it.bad != nil:
 			pb.bad++
-			pb.out = append(pb.out, deadLetter(it.rec, it.bad, nowMs))
+			pb.out = append(pb.out, deadLetter(t.DeadLetter, it.rec, it.bad, nowMs))
 		case it.dupOf != nil:
 			pb.dups++
-			pb.out = append(pb.out, duplicateAck(pb.p, it.up, *it.dupOf, nowMs))
+			pb.out = append(pb.out, duplicateAck(t.Duplicates, pb.p, it.up, *it.dupOf, nowMs))
 		case it.first >= 0:
 			pb.dups++
-			pb.out = append(pb.out, duplicateAck(pb.p, it.up, pb.items[it.first].entry, nowMs))
+			pb.out = append(pb.out, duplicateAck(t.Duplicates, pb.p, it.up, pb.items[it.first].entry, nowMs))
 		default:
 			seq, ok := pb.st.book.Take(it.up.SessionId)
 			if !ok {
@@ -205,7 +205,7 @@ func (pb *partBatch) assign(gen *msgid.Generator, nowMs int64) error {
 				return fmt.Errorf("marshal sequenced event: %w", err)
 			}
 			pb.out = append(pb.out, &kgo.Record{
-				Topic: eventlog.TopicSequenced, Partition: pb.p, Key: it.rec.Key, Value: v,
+				Topic: t.Sequenced, Partition: pb.p, Key: it.rec.Key, Value: v,
 				Timestamp: time.UnixMilli(nowMs),
 				Headers:   eventlog.Headers(eventType(it.up), "seqflow.im.v1.SequencedEvent", service, eventlog.Header(it.rec, schemas.HeaderTraceparent)),
 			})
@@ -214,20 +214,20 @@ func (pb *partBatch) assign(gen *msgid.Generator, nowMs int64) error {
 	return nil
 }
 
-func duplicateAck(p int32, u *imv1.Uplink, e dedup.Entry, nowMs int64) *kgo.Record {
+func duplicateAck(topic string, p int32, u *imv1.Uplink, e dedup.Entry, nowMs int64) *kgo.Record {
 	v, _ := proto.Marshal(&imv1.DuplicateAck{
 		SessionId: u.SessionId, ClientMsgId: u.ClientMsgId, Seq: e.Seq, MsgId: e.MsgID,
 		SenderUserId: u.SenderUserId, SenderDeviceId: u.SenderDeviceId, GatewayId: u.GatewayId,
 		OriginalServerTsMs: e.ServerTsMs, ServerTsMs: nowMs,
 	})
 	return &kgo.Record{
-		Topic: eventlog.TopicDuplicates, Partition: p, Key: []byte(u.SessionId), Value: v,
+		Topic: topic, Partition: p, Key: []byte(u.SessionId), Value: v,
 		Timestamp: time.UnixMilli(nowMs),
 		Headers:   eventlog.Headers("duplicate", "seqflow.im.v1.DuplicateAck", service, ""),
 	}
 }
 
-func deadLetter(r *kgo.Record, why *invalidError, nowMs int64) *kgo.Record {
+func deadLetter(topic string, r *kgo.Record, why *invalidError, nowMs int64) *kgo.Record {
 	dl := &imv1.DeadLetter{
 		Code: why.Code, Reason: why.Reason, Service: service,
 		OriginalTopic: r.Topic, OriginalPartition: r.Partition, OriginalOffset: r.Offset,
@@ -238,7 +238,7 @@ func deadLetter(r *kgo.Record, why *invalidError, nowMs int64) *kgo.Record {
 	}
 	v, _ := proto.Marshal(dl)
 	return &kgo.Record{
-		Topic: eventlog.TopicDeadLetter, Partition: 0, Key: r.Key, Value: v, Timestamp: time.UnixMilli(nowMs),
+		Topic: topic, Partition: 0, Key: r.Key, Value: v, Timestamp: time.UnixMilli(nowMs),
 		Headers: eventlog.Headers("dead_letter", "seqflow.im.v1.DeadLetter", service, eventlog.Header(r, schemas.HeaderTraceparent)),
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/eventlog"
 )
 
 // Config is the sequencer's configuration, read from the environment.
@@ -19,6 +20,8 @@ type Config struct {
 	// instance the same ID so it fences its previous incarnation at once
 	// instead of waiting for the transaction timeout.
 	InstanceID string
+	// Topics: names under SEQFLOW_TOPIC_PREFIX, default no prefix.
+	Topics eventlog.Topics
 	// Group: SEQUENCER_GROUP, default "seqflow-sequencer".
 	Group string
 	// Step: SEQUENCER_STEP, seqs reserved per renewal, default 1000.
@@ -60,6 +63,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Brokers:           e.List("SEQFLOW_KAFKA_BROKERS", nil),
 		PGURL:             e.Required("SEQFLOW_PG_URL"),
 		InstanceID:        e.String("SEQUENCER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+		Topics:            eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
 		Group:             e.String("SEQUENCER_GROUP", "seqflow-sequencer"),
 		Step:              e.Int("SEQUENCER_STEP", 1000, 1, 1_000_000),
 		DedupWindow:       e.Duration("SEQUENCER_DEDUP_WINDOW", 24*time.Hour, time.Second, 30*24*time.Hour),

@@ -28,7 +28,7 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	topic := eventlog.TopicSequenced
+	topic := s.cfg.Topics.Sequenced
 
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {

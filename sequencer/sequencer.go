@@ -123,11 +123,11 @@ func (s *Sequencer) checkTopics(ctx context.Context) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	up, err := eventlog.Partitions(ctx, adm, eventlog.TopicUplink)
+	up, err := eventlog.Partitions(ctx, adm, s.cfg.Topics.Uplink)
 	if err != nil {
 		return err
 	}
-	for _, t := range []string{eventlog.TopicSequenced, eventlog.TopicDuplicates} {
+	for _, t := range []string{s.cfg.Topics.Sequenced, s.cfg.Topics.Duplicates} {
 		n, err := eventlog.Partitions(ctx, adm, t)
 		if err != nil {
 			return err
@@ -145,7 +145,7 @@ func (s *Sequencer) checkTopics(ctx context.Context) error {
 func (s *Sequencer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, p := range revoked[eventlog.TopicUplink] {
+	for _, p := range revoked[s.cfg.Topics.Uplink] {
 		s.epoch[p]++
 		if st := s.parts[p]; st != nil {
 			st.dropped.Store(true)
@@ -158,7 +158,7 @@ func (s *Sequencer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[stri
 
 func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	s.ready.Store(true)
-	for _, p := range assigned[eventlog.TopicUplink] {
+	for _, p := range assigned[s.cfg.Topics.Uplink] {
 		s.log.Info("partition assigned", "partition", p)
 	}
 }
@@ -185,7 +185,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		kgo.ProducerBatchCompression(kgo.Lz4Compression(), kgo.NoCompression()),
 		kgo.ProducerLinger(0),
 		kgo.ConsumerGroup(s.cfg.Group),
-		kgo.ConsumeTopics(eventlog.TopicUplink),
+		kgo.ConsumeTopics(s.cfg.Topics.Uplink),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.SessionTimeout(s.cfg.SessionTimeout),
 		kgo.RebalanceTimeout(s.cfg.RebalanceTimeout),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -19,6 +20,7 @@ func runSetup(ctx context.Context, args []string) error {
 	partitions := fs.Int("partitions", eventlog.DefaultPartitions, "partitions of the keyed topics")
 	rf := fs.Int("replication", 0, "replication factor (0 = broker default)")
 	brokers := fs.String("brokers", "", "Kafka brokers (default SEQFLOW_KAFKA_BROKERS)")
+	prefix := fs.String("topic-prefix", os.Getenv("SEQFLOW_TOPIC_PREFIX"), "topic name prefix (default SEQFLOW_TOPIC_PREFIX)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -35,7 +37,7 @@ func runSetup(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cl.Close()
-	if err := eventlog.EnsureTopics(ctx, kadm.NewClient(cl), eventlog.Specs(int32(*partitions), int16(*rf)), int16(*rf)); err != nil {
+	if err := eventlog.EnsureTopics(ctx, kadm.NewClient(cl), eventlog.Specs(eventlog.Names(*prefix), int32(*partitions)), int16(*rf)); err != nil {
 		return err
 	}
 	pool, err := pgxpool.New(ctx, st.PGURL)

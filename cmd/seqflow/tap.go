@@ -30,7 +30,8 @@ type tapLine struct {
 
 func runTap(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("tap", flag.ContinueOnError)
-	topic := fs.String("topic", eventlog.TopicSequenced, "topic to read")
+	topic := fs.String("topic", eventlog.TopicSequenced, "topic to read (without prefix)")
+	prefix := fs.String("topic-prefix", os.Getenv("SEQFLOW_TOPIC_PREFIX"), "topic name prefix")
 	from := fs.String("from", "end", "where to start: start, end, or an RFC 3339 time")
 	session := fs.String("session", "", "only this session")
 	typ := fs.String("type", "", "only this event type (message, membership, ...)")
@@ -67,7 +68,7 @@ func runTap(ctx context.Context, args []string) error {
 		return fmt.Errorf("no Kafka brokers: set SEQFLOW_KAFKA_BROKERS or run `go tool task up`")
 	}
 	cl, err := kgo.NewClient(append(eventlog.ClientOpts(st.KafkaBrokers, "seqflow-tap"),
-		kgo.ConsumeTopics(*topic), kgo.ConsumeResetOffset(offset),
+		kgo.ConsumeTopics(*prefix+*topic), kgo.ConsumeResetOffset(offset),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
 	if err != nil {
 		return err

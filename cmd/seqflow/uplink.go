@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/google/uuid"
@@ -22,6 +23,7 @@ func runUplink(ctx context.Context, args []string) error {
 	text := fs.String("text", "hello", "message text")
 	n := fs.Int("n", 1, "how many messages")
 	clientMsgID := fs.String("client-msg-id", "", "client message ID (default: a new UUIDv7 per message); reuse one to see dedup")
+	prefix := fs.String("topic-prefix", os.Getenv("SEQFLOW_TOPIC_PREFIX"), "topic name prefix")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,7 +56,7 @@ func runUplink(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		rec := &kgo.Record{Topic: eventlog.TopicUplink, Key: []byte(*session), Value: v,
+		rec := &kgo.Record{Topic: eventlog.Names(*prefix).Uplink, Key: []byte(*session), Value: v,
 			Headers: eventlog.Headers("message", "seqflow.im.v1.Uplink", "seqflow-cli", "")}
 		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 			return fmt.Errorf("produce uplink: %w", err)

@@ -24,6 +24,21 @@ const (
 	TopicDeadLetter = "im.deadletter.v1"
 )
 
+// Topics is the set of topic names one deployment uses. A prefix
+// (SEQFLOW_TOPIC_PREFIX) lets several deployments, or several integration
+// tests, share one Kafka cluster without seeing each other's records.
+type Topics struct {
+	Uplink, Sequenced, Duplicates, Receipts, Offline, DeadLetter string
+}
+
+// Names returns the topic names under prefix ("" for the plain names).
+func Names(prefix string) Topics {
+	return Topics{
+		Uplink: prefix + TopicUplink, Sequenced: prefix + TopicSequenced, Duplicates: prefix + TopicDuplicates,
+		Receipts: prefix + TopicReceipts, Offline: prefix + TopicOffline, DeadLetter: prefix + TopicDeadLetter,
+	}
+}
+
 // DefaultPartitions is the partition count of the keyed topics. It bounds
 // sequencer (and persister, pusher) parallelism: one partition is served by
 // one consumer at a time. im.uplink.v1 and im.sequenced.v1 must have the same
@@ -43,27 +58,26 @@ type Spec struct {
 	Configs    map[string]string
 }
 
-// Specs returns every topic seqflow uses. partitions <= 0 means
-// DefaultPartitions; rf <= 0 means the broker default.
+// Specs returns every topic of t. partitions <= 0 means DefaultPartitions.
 //
 // Retention: im.sequenced.v1 is the source of truth and keeps everything
 // (retention.ms=-1); the uplink topic only needs to outlive the longest
 // sequencer outage (7 days); duplicates and offline notifications are
 // transient (2 days); dead letters are kept 30 days for inspection and
 // re-drive.
-func Specs(partitions int32, rf int16) []Spec {
+func Specs(t Topics, partitions int32) []Spec {
 	if partitions <= 0 {
 		partitions = DefaultPartitions
 	}
 	const day = 24 * 3600 * 1000
 	ms := func(n int64) string { return strconv.FormatInt(n, 10) }
 	return []Spec{
-		{TopicUplink, partitions, map[string]string{"retention.ms": ms(7 * day)}},
-		{TopicSequenced, partitions, map[string]string{"retention.ms": "-1", "retention.bytes": "-1"}},
-		{TopicDuplicates, partitions, map[string]string{"retention.ms": ms(2 * day)}},
-		{TopicReceipts, partitions, map[string]string{"retention.ms": ms(7 * day)}},
-		{TopicOffline, partitions, map[string]string{"retention.ms": ms(2 * day)}},
-		{TopicDeadLetter, 1, map[string]string{"retention.ms": ms(30 * day)}},
+		{t.Uplink, partitions, map[string]string{"retention.ms": ms(7 * day)}},
+		{t.Sequenced, partitions, map[string]string{"retention.ms": "-1", "retention.bytes": "-1"}},
+		{t.Duplicates, partitions, map[string]string{"retention.ms": ms(2 * day)}},
+		{t.Receipts, partitions, map[string]string{"retention.ms": ms(7 * day)}},
+		{t.Offline, partitions, map[string]string{"retention.ms": ms(2 * day)}},
+		{t.DeadLetter, 1, map[string]string{"retention.ms": ms(30 * day)}},
 	}
 }
 
