@@ -1,0 +1,33 @@
+// Package delivery is the pusher→gateway transport: the pusher hands each
+// gateway one PushBatch per poll batch; the gateway writes the items to the
+// named connections.
+package delivery
+
+import (
+	"context"
+
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// Sender hands batches to gateways.
+//
+// Send must not block longer than ctx allows: when a gateway is slow or
+// gone, Send returns an error (or drops the batch and counts it) rather than
+// stall the partition. A nil error means the batch was handed to the
+// transport, not that it reached a socket: completeness comes from clients'
+// gap detection and sync, never from the push path.
+type Sender interface {
+	Send(ctx context.Context, b *imv1.PushBatch) error
+	Close() error
+}
+
+// Handler receives a gateway's batches. It must return quickly; a gateway
+// queues per connection and drops (closing the slow connection) rather than
+// block the transport.
+type Handler func(b *imv1.PushBatch)
+
+// Receiver delivers the batches addressed to one gateway to h until ctx
+// ends.
+type Receiver interface {
+	Receive(ctx context.Context, gatewayID string, h Handler) error
+}
