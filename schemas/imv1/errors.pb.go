@@ -40,13 +40,23 @@ const (
 	ErrorCode_ERROR_CODE_FORBIDDEN          ErrorCode = 2003
 	ErrorCode_ERROR_CODE_RATE_LIMITED       ErrorCode = 3001
 	ErrorCode_ERROR_CODE_TOO_MANY_IN_FLIGHT ErrorCode = 3002
+	// A WebSocket frame or HTTP body over the gateway's frame limit.
+	ErrorCode_ERROR_CODE_FRAME_TOO_LARGE    ErrorCode = 3003
 	ErrorCode_ERROR_CODE_NOT_A_MEMBER       ErrorCode = 4001
 	ErrorCode_ERROR_CODE_EDIT_WINDOW_CLOSED ErrorCode = 4002
-	ErrorCode_ERROR_CODE_UNAVAILABLE        ErrorCode = 5001
-	ErrorCode_ERROR_CODE_TIMEOUT            ErrorCode = 5002
-	ErrorCode_ERROR_CODE_INTERNAL           ErrorCode = 5003
-	ErrorCode_ERROR_CODE_UNDECODABLE        ErrorCode = 6001
-	ErrorCode_ERROR_CODE_CONSTRAINT         ErrorCode = 6002
+	ErrorCode_ERROR_CODE_SESSION_EXISTS     ErrorCode = 4003
+	ErrorCode_ERROR_CODE_SESSION_NOT_FOUND  ErrorCode = 4004
+	// Edit or recall of a message someone else sent.
+	ErrorCode_ERROR_CODE_NOT_OWN_MESSAGE ErrorCode = 4005
+	// Edit or recall of a seq that is not a (known) message.
+	ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND ErrorCode = 4006
+	ErrorCode_ERROR_CODE_UNAVAILABLE       ErrorCode = 5001
+	ErrorCode_ERROR_CODE_TIMEOUT           ErrorCode = 5002
+	ErrorCode_ERROR_CODE_INTERNAL          ErrorCode = 5003
+	// The gateway is draining; reconnect (to another instance).
+	ErrorCode_ERROR_CODE_SHUTTING_DOWN ErrorCode = 5004
+	ErrorCode_ERROR_CODE_UNDECODABLE   ErrorCode = 6001
+	ErrorCode_ERROR_CODE_CONSTRAINT    ErrorCode = 6002
 )
 
 // Enum value maps for ErrorCode.
@@ -64,11 +74,17 @@ var (
 		2003: "ERROR_CODE_FORBIDDEN",
 		3001: "ERROR_CODE_RATE_LIMITED",
 		3002: "ERROR_CODE_TOO_MANY_IN_FLIGHT",
+		3003: "ERROR_CODE_FRAME_TOO_LARGE",
 		4001: "ERROR_CODE_NOT_A_MEMBER",
 		4002: "ERROR_CODE_EDIT_WINDOW_CLOSED",
+		4003: "ERROR_CODE_SESSION_EXISTS",
+		4004: "ERROR_CODE_SESSION_NOT_FOUND",
+		4005: "ERROR_CODE_NOT_OWN_MESSAGE",
+		4006: "ERROR_CODE_MESSAGE_NOT_FOUND",
 		5001: "ERROR_CODE_UNAVAILABLE",
 		5002: "ERROR_CODE_TIMEOUT",
 		5003: "ERROR_CODE_INTERNAL",
+		5004: "ERROR_CODE_SHUTTING_DOWN",
 		6001: "ERROR_CODE_UNDECODABLE",
 		6002: "ERROR_CODE_CONSTRAINT",
 	}
@@ -85,11 +101,17 @@ var (
 		"ERROR_CODE_FORBIDDEN":          2003,
 		"ERROR_CODE_RATE_LIMITED":       3001,
 		"ERROR_CODE_TOO_MANY_IN_FLIGHT": 3002,
+		"ERROR_CODE_FRAME_TOO_LARGE":    3003,
 		"ERROR_CODE_NOT_A_MEMBER":       4001,
 		"ERROR_CODE_EDIT_WINDOW_CLOSED": 4002,
+		"ERROR_CODE_SESSION_EXISTS":     4003,
+		"ERROR_CODE_SESSION_NOT_FOUND":  4004,
+		"ERROR_CODE_NOT_OWN_MESSAGE":    4005,
+		"ERROR_CODE_MESSAGE_NOT_FOUND":  4006,
 		"ERROR_CODE_UNAVAILABLE":        5001,
 		"ERROR_CODE_TIMEOUT":            5002,
 		"ERROR_CODE_INTERNAL":           5003,
+		"ERROR_CODE_SHUTTING_DOWN":      5004,
 		"ERROR_CODE_UNDECODABLE":        6001,
 		"ERROR_CODE_CONSTRAINT":         6002,
 	}
@@ -126,7 +148,7 @@ var File_seqflow_im_v1_errors_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1aseqflow/im/v1/errors.proto\x12\rseqflow.im.v1*\xbf\x04\n" +
+	"\x1aseqflow/im/v1/errors.proto\x12\rseqflow.im.v1*\x86\x06\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x14ERROR_CODE_BAD_FRAME\x10\xe9\a\x12\x1d\n" +
@@ -139,12 +161,18 @@ const file_seqflow_im_v1_errors_proto_rawDesc = "" +
 	"\x18ERROR_CODE_TOKEN_EXPIRED\x10\xd2\x0f\x12\x19\n" +
 	"\x14ERROR_CODE_FORBIDDEN\x10\xd3\x0f\x12\x1c\n" +
 	"\x17ERROR_CODE_RATE_LIMITED\x10\xb9\x17\x12\"\n" +
-	"\x1dERROR_CODE_TOO_MANY_IN_FLIGHT\x10\xba\x17\x12\x1c\n" +
+	"\x1dERROR_CODE_TOO_MANY_IN_FLIGHT\x10\xba\x17\x12\x1f\n" +
+	"\x1aERROR_CODE_FRAME_TOO_LARGE\x10\xbb\x17\x12\x1c\n" +
 	"\x17ERROR_CODE_NOT_A_MEMBER\x10\xa1\x1f\x12\"\n" +
-	"\x1dERROR_CODE_EDIT_WINDOW_CLOSED\x10\xa2\x1f\x12\x1b\n" +
+	"\x1dERROR_CODE_EDIT_WINDOW_CLOSED\x10\xa2\x1f\x12\x1e\n" +
+	"\x19ERROR_CODE_SESSION_EXISTS\x10\xa3\x1f\x12!\n" +
+	"\x1cERROR_CODE_SESSION_NOT_FOUND\x10\xa4\x1f\x12\x1f\n" +
+	"\x1aERROR_CODE_NOT_OWN_MESSAGE\x10\xa5\x1f\x12!\n" +
+	"\x1cERROR_CODE_MESSAGE_NOT_FOUND\x10\xa6\x1f\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\x89'\x12\x17\n" +
 	"\x12ERROR_CODE_TIMEOUT\x10\x8a'\x12\x18\n" +
-	"\x13ERROR_CODE_INTERNAL\x10\x8b'\x12\x1b\n" +
+	"\x13ERROR_CODE_INTERNAL\x10\x8b'\x12\x1d\n" +
+	"\x18ERROR_CODE_SHUTTING_DOWN\x10\x8c'\x12\x1b\n" +
 	"\x16ERROR_CODE_UNDECODABLE\x10\xf1.\x12\x1a\n" +
 	"\x15ERROR_CODE_CONSTRAINT\x10\xf2.B.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
 
