@@ -1,0 +1,309 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/seqflow/seqflow/internal/apierr"
+	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// Limits bound every client input. The gateway's Config fills them.
+type Limits struct {
+	// MaxFrameBytes bounds one frame or HTTP body.
+	MaxFrameBytes int
+	// MaxBodyBytes bounds a message body (as stored: text bytes or JSON).
+	MaxBodyBytes int
+	// MaxMembers bounds the user IDs of one create_session or members frame.
+	MaxMembers int
+	// MaxSyncLimit bounds a sync page; DefaultSyncLimit is used for 0.
+	MaxSyncLimit, DefaultSyncLimit int
+	// MaxTitleBytes bounds a group title.
+	MaxTitleBytes int
+	// MaxCursors bounds the cursors of one delivered frame.
+	MaxCursors int
+}
+
+// DefaultLimits are the gateway's defaults; they keep every uplink well
+// under the sequencer's 64 KiB dead-letter bound.
+var DefaultLimits = Limits{
+	MaxFrameBytes: 64 << 10, MaxBodyBytes: 16 << 10, MaxMembers: 500,
+	MaxSyncLimit: 200, DefaultSyncLimit: 50, MaxTitleBytes: 256, MaxCursors: 256,
+}
+
+// MaxClientMsgIDBytes and MaxSessionIDBytes bound the IDs; both use the
+// alphabet of auth.ValidID.
+const (
+	MaxClientMsgIDBytes = 64
+	MaxSessionIDBytes   = 64
+	MaxReqIDBytes       = 64
+	maxTraceparentBytes = 55
+)
+
+// Decode parses and validates one client frame. Errors are registry
+// errors: FRAME_TOO_LARGE, INVALID_UTF8, BAD_FRAME, then whatever Validate
+// finds.
+func Decode(data []byte, l Limits) (*ClientFrame, *apierr.Error) {
+	if len(data) > l.MaxFrameBytes {
+		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "frame is %d bytes, limit %d", len(data), l.MaxFrameBytes)
+	}
+	if !utf8.Valid(data) {
+		return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_UTF8, "frame is not valid UTF-8")
+	}
+	var f ClientFrame
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&f); err != nil {
+		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "frame is not a JSON object of the protocol: %v", err)
+	}
+	if dec.More() {
+		return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "trailing data after the JSON object")
+	}
+	if err := f.Validate(l); err != nil {
+		return &f, err
+	}
+	return &f, nil
+}
+
+// Validate checks the fields Op needs. On success the frame is safe to
+// turn into an uplink: IDs are in their alphabet, sizes within l.
+func (f *ClientFrame) Validate(l Limits) *apierr.Error {
+	if len(f.ReqID) > MaxReqIDBytes {
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "req_id over %d bytes", MaxReqIDBytes)
+	}
+	switch f.Op {
+	case OpSend:
+		return firstErr(f.command(), f.content(l))
+	case OpEdit:
+		return firstErr(f.command(), f.target(), f.content(l))
+	case OpRecall:
+		return firstErr(f.command(), f.target())
+	case OpCreateSession:
+		return firstErr(idField("client_msg_id", f.ClientMsgID, MaxClientMsgIDBytes), f.create(l))
+	case OpMembers:
+		return firstErr(f.command(), f.members(l))
+	case OpSync:
+		if err := idField("session_id", f.SessionID, MaxSessionIDBytes); err != nil {
+			return err
+		}
+		if f.AfterSeq < 0 {
+			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "after_seq must be >= 0")
+		}
+		if f.Limit < 0 || f.Limit > l.MaxSyncLimit {
+			return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "limit must be in [0, %d]", l.MaxSyncLimit)
+		}
+		if f.Limit == 0 {
+			f.Limit = l.DefaultSyncLimit
+		}
+	case OpRead:
+		if err := idField("session_id", f.SessionID, MaxSessionIDBytes); err != nil {
+			return err
+		}
+		if f.Seq <= 0 {
+			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "seq must be > 0")
+		}
+	case OpDelivered:
+		if len(f.Cursors) == 0 {
+			return apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "cursors is empty")
+		}
+		if len(f.Cursors) > l.MaxCursors {
+			return apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "over %d cursors", l.MaxCursors)
+		}
+		for _, c := range f.Cursors {
+			if err := idField("cursors.session_id", c.SessionID, MaxSessionIDBytes); err != nil {
+				return err
+			}
+			if c.Seq <= 0 {
+				return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "cursors.seq must be > 0")
+			}
+		}
+	case OpChanges, OpPing:
+	case "":
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "op is missing")
+	default:
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", clip(f.Op))
+	}
+	return nil
+}
+
+func (f *ClientFrame) command() *apierr.Error {
+	if err := idField("client_msg_id", f.ClientMsgID, MaxClientMsgIDBytes); err != nil {
+		return err
+	}
+	if err := idField("session_id", f.SessionID, MaxSessionIDBytes); err != nil {
+		return err
+	}
+	if f.Traceparent != "" && !ValidTraceparent(f.Traceparent) {
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "traceparent is not a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>)")
+	}
+	return nil
+}
+
+func (f *ClientFrame) target() *apierr.Error {
+	if f.TargetSeq <= 0 {
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "target_seq must be > 0")
+	}
+	return nil
+}
+
+func (f *ClientFrame) content(l Limits) *apierr.Error {
+	if f.Type == "" {
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "type is missing")
+	}
+	if len(f.Body) == 0 {
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "body is missing")
+	}
+	_, err := ContentBytes(f.Type, f.Body, l.MaxBodyBytes)
+	return err
+}
+
+func (f *ClientFrame) create(l Limits) *apierr.Error {
+	if len(f.Title) > l.MaxTitleBytes {
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "title over %d bytes", l.MaxTitleBytes)
+	}
+	switch f.Kind {
+	case KindDirect:
+		if f.SessionID != "" || len(f.MemberUserIDs) > 0 {
+			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a direct session takes peer_user_id only; its session_id is derived from the pair")
+		}
+		if err := userID("peer_user_id", f.PeerUserID); err != nil {
+			return err
+		}
+	case KindGroup:
+		if f.SessionID != "" || f.PeerUserID != "" {
+			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a group takes member_user_ids; the gateway picks its session_id")
+		}
+		return userIDs("member_user_ids", f.MemberUserIDs, l.MaxMembers, true)
+	case "":
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "kind is missing (direct or group)")
+	default:
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "kind %q: want direct or group", clip(f.Kind))
+	}
+	return nil
+}
+
+func (f *ClientFrame) members(l Limits) *apierr.Error {
+	if f.Action != ActionAdd && f.Action != ActionRemove {
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "action %q: want add or remove", clip(f.Action))
+	}
+	return userIDs("user_ids", f.UserIDs, l.MaxMembers, false)
+}
+
+func userIDs(name string, ids []string, max int, allowEmpty bool) *apierr.Error {
+	if len(ids) == 0 && !allowEmpty {
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "%s is empty", name)
+	}
+	if len(ids) > max {
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "%s has %d entries, limit %d", name, len(ids), max)
+	}
+	for _, id := range ids {
+		if err := userID(name, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func userID(name, id string) *apierr.Error {
+	if id == "" {
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "%s is missing", name)
+	}
+	if err := auth.ValidID(id); err != nil {
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s: %v", name, err)
+	}
+	return nil
+}
+
+func idField(name, v string, max int) *apierr.Error {
+	if v == "" {
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "%s is missing", name)
+	}
+	if len(v) > max {
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "%s over %d bytes", name, max)
+	}
+	if err := auth.ValidID(v); err != nil {
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s: %v", name, err)
+	}
+	return nil
+}
+
+// ContentBytes returns the stored form of a message body: the UTF-8 text
+// of a JSON string for "text", the compacted JSON object otherwise.
+func ContentBytes(typ string, body json.RawMessage, maxBytes int) ([]byte, *apierr.Error) {
+	switch typ {
+	case TypeText:
+		var s string
+		if err := json.Unmarshal(body, &s); err != nil {
+			return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a text body must be a JSON string")
+		}
+		if s == "" {
+			return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "body is empty")
+		}
+		if len(s) > maxBytes {
+			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "body is %d bytes, limit %d", len(s), maxBytes)
+		}
+		if !utf8.ValidString(s) {
+			return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_UTF8, "body is not valid UTF-8")
+		}
+		return []byte(s), nil
+	case TypeImage, TypeFile, TypeCustom:
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
+			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a %s body must be a JSON object", typ)
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, body); err != nil {
+			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "body: %v", err)
+		}
+		if buf.Len() > maxBytes {
+			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "body is %d bytes, limit %d", buf.Len(), maxBytes)
+		}
+		return buf.Bytes(), nil
+	}
+	return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "message type %q: want text, image, file or custom", clip(typ))
+}
+
+// BodyJSON is the inverse of ContentBytes, for frames to clients: a JSON
+// string for "text", the stored JSON otherwise (a string again when the
+// stored bytes are not JSON, e.g. written by another producer).
+func BodyJSON(typ string, stored []byte) json.RawMessage {
+	if typ != TypeText && json.Valid(stored) {
+		return json.RawMessage(stored)
+	}
+	b, _ := json.Marshal(string(stored))
+	return b
+}
+
+// ValidTraceparent checks the W3C "00-<trace-id>-<parent-id>-<flags>" form.
+func ValidTraceparent(s string) bool {
+	if len(s) != maxTraceparentBytes || s[2] != '-' || s[35] != '-' || s[52] != '-' {
+		return false
+	}
+	for i, c := range []byte(s) {
+		if i == 2 || i == 35 || i == 52 {
+			continue
+		}
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return s[:2] != "ff" && s[3:35] != "00000000000000000000000000000000" && s[36:52] != "0000000000000000"
+}
+
+func firstErr(errs ...*apierr.Error) *apierr.Error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 32 {
+		return fmt.Sprintf("%.32s...", s)
+	}
+	return s
+}

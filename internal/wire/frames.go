@@ -1,0 +1,213 @@
+// Package wire defines the client protocol of producer-gw: the JSON frames
+// a client sends over WebSocket (and, without "op", as HTTP bodies), the
+// frames the gateway answers with, their limits and their decoding. The
+// protocol is documented with examples in docs/protocol.md.
+package wire
+
+import (
+	"encoding/json"
+)
+
+// Client operations, the "op" of a client frame.
+const (
+	OpSend          = "send"
+	OpEdit          = "edit"
+	OpRecall        = "recall"
+	OpCreateSession = "create_session"
+	OpMembers       = "members"
+	OpSync          = "sync"
+	OpChanges       = "changes"
+	OpRead          = "read"
+	OpDelivered     = "delivered"
+	OpPing          = "ping"
+)
+
+// Server frame ops.
+const (
+	OpAck       = "ack"
+	OpSeqNotice = "seq_notice"
+	OpError     = "error"
+	OpEvent     = "event"
+	OpResult    = "result"
+	OpPong      = "pong"
+	OpHello     = "hello"
+)
+
+// Message content types the gateway accepts.
+const (
+	TypeText   = "text"
+	TypeImage  = "image"
+	TypeFile   = "file"
+	TypeCustom = "custom"
+)
+
+// Session kinds in create_session.
+const (
+	KindDirect = "direct"
+	KindGroup  = "group"
+)
+
+// Membership actions.
+const (
+	ActionAdd    = "add"
+	ActionRemove = "remove"
+)
+
+// ClientFrame is any frame a client sends; which fields matter depends on
+// Op (see Validate). Unknown fields are ignored, so clients may be newer
+// than the gateway.
+type ClientFrame struct {
+	Op string `json:"op"`
+	// ReqID, when set, is echoed in the reply so a client can match them.
+	ReqID string `json:"req_id,omitempty"`
+
+	ClientMsgID string `json:"client_msg_id,omitempty"`
+	SessionID   string `json:"session_id,omitempty"`
+	// Type is the content type of send and edit ("text", ...).
+	Type string `json:"type,omitempty"`
+	// Body is a JSON string for "text", a JSON object for other types.
+	Body json.RawMessage `json:"body,omitempty"`
+	// ClientTs is the client's clock in Unix milliseconds, informative.
+	ClientTs int64 `json:"client_ts,omitempty"`
+	// Traceparent is an optional W3C trace context for the send.
+	Traceparent string `json:"traceparent,omitempty"`
+
+	TargetSeq int64 `json:"target_seq,omitempty"`
+
+	Kind          string   `json:"kind,omitempty"`
+	PeerUserID    string   `json:"peer_user_id,omitempty"`
+	MemberUserIDs []string `json:"member_user_ids,omitempty"`
+	Title         string   `json:"title,omitempty"`
+	Action        string   `json:"action,omitempty"`
+	UserIDs       []string `json:"user_ids,omitempty"`
+
+	AfterSeq int64 `json:"after_seq,omitempty"`
+	Limit    int   `json:"limit,omitempty"`
+	Seq      int64 `json:"seq,omitempty"`
+
+	Cursors []Cursor `json:"cursors,omitempty"`
+}
+
+// Cursor is a (session, seq) position: in delivered frames, the highest
+// contiguous seq the device holds for the session.
+type Cursor struct {
+	SessionID string `json:"session_id"`
+	Seq       int64  `json:"seq"`
+}
+
+// Ack answers a send, edit, recall, create_session or members frame.
+// Status "ok" carries seq, msg_id and server_ts; "accepted" means the
+// command is durable in Kafka and its seq will follow in a seq_notice.
+type Ack struct {
+	Op          string `json:"op"`
+	ReqID       string `json:"req_id,omitempty"`
+	ClientMsgID string `json:"client_msg_id"`
+	SessionID   string `json:"session_id"`
+	Status      string `json:"status"`
+	Seq         int64  `json:"seq,omitempty"`
+	// MsgID is a decimal string: snowflake IDs exceed JavaScript's 2^53.
+	MsgID    string `json:"msg_id,omitempty"`
+	ServerTs int64  `json:"server_ts,omitempty"`
+	// Duplicate is true when this answers a retry of an already sequenced
+	// client_msg_id (same seq and msg_id as the first answer).
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// Ack statuses.
+const (
+	StatusOK       = "ok"
+	StatusAccepted = "accepted"
+)
+
+// ErrorFrame reports a failed client frame; the connection stays open.
+type ErrorFrame struct {
+	Op          string    `json:"op"`
+	ReqID       string    `json:"req_id,omitempty"`
+	ClientMsgID string    `json:"client_msg_id,omitempty"`
+	Error       ErrorBody `json:"error"`
+}
+
+// ErrorBody is a registry error: code, stable name, message, retryable.
+type ErrorBody struct {
+	Code      int32  `json:"code"`
+	Name      string `json:"name"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}
+
+// Message is one sequenced event as clients see it, pushed in an "event"
+// frame or returned by sync (there in its current state: Edited/Recalled).
+type Message struct {
+	SessionID      string `json:"session_id"`
+	Seq            int64  `json:"seq"`
+	MsgID          string `json:"msg_id"`
+	ClientMsgID    string `json:"client_msg_id,omitempty"`
+	SenderUserID   string `json:"sender_user_id"`
+	SenderDeviceID string `json:"sender_device_id,omitempty"`
+	ServerTs       int64  `json:"server_ts"`
+	// Kind is message, session_create, membership, edit or recall.
+	Kind string          `json:"kind"`
+	Type string          `json:"type,omitempty"`
+	Body json.RawMessage `json:"body,omitempty"`
+	// TargetSeq is the message an edit or recall applies to.
+	TargetSeq int64 `json:"target_seq,omitempty"`
+	// Session creation and membership details.
+	SessionKind string   `json:"session_kind,omitempty"`
+	Title       string   `json:"title,omitempty"`
+	Action      string   `json:"action,omitempty"`
+	UserIDs     []string `json:"user_ids,omitempty"`
+	// Current state in sync results.
+	Edited   bool `json:"edited,omitempty"`
+	Recalled bool `json:"recalled,omitempty"`
+}
+
+// EventFrame pushes one event to a device.
+type EventFrame struct {
+	Op    string  `json:"op"`
+	Event Message `json:"event"`
+}
+
+// SyncResult answers sync: messages after after_seq in seq order.
+type SyncResult struct {
+	Op        string    `json:"op"`
+	ReqID     string    `json:"req_id,omitempty"`
+	SessionID string    `json:"session_id"`
+	Messages  []Message `json:"messages"`
+	// HasMore says another page follows: sync again after the last seq.
+	HasMore bool `json:"has_more"`
+}
+
+// SessionChange is one session of the user in a changes result.
+type SessionChange struct {
+	SessionID string `json:"session_id"`
+	MaxSeq    int64  `json:"max_seq"`
+	ReadSeq   int64  `json:"read_seq"`
+	Preview   string `json:"preview,omitempty"`
+}
+
+// ChangesResult answers changes: every session of the user.
+type ChangesResult struct {
+	Op       string          `json:"op"`
+	ReqID    string          `json:"req_id,omitempty"`
+	Sessions []SessionChange `json:"sessions"`
+}
+
+// OK answers read, delivered and ping-less requests that return nothing.
+type OK struct {
+	Op    string `json:"op"`
+	ReqID string `json:"req_id,omitempty"`
+}
+
+// Hello is the first frame on a new connection.
+type Hello struct {
+	Op        string `json:"op"`
+	ConnID    string `json:"conn_id"`
+	UserID    string `json:"user_id"`
+	DeviceID  string `json:"device_id"`
+	GatewayID string `json:"gateway_id"`
+	// HeartbeatMs is how often the gateway pings; a client that hears
+	// nothing for twice that should reconnect.
+	HeartbeatMs int64 `json:"heartbeat_ms"`
+	// MaxFrameBytes is the largest frame the gateway accepts.
+	MaxFrameBytes int `json:"max_frame_bytes"`
+}
