@@ -1,0 +1,59 @@
+package delivery
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// DefaultMaxFrameBytes bounds one encoded batch on the wire. Larger batches
+// are split by items: a Redis subscriber whose output buffer passes
+// client-output-buffer-limit (pubsub 8 MB soft) is disconnected, and a
+// stream peer should not have to buffer unbounded frames.
+const DefaultMaxFrameBytes = 1 << 20
+
+// encodeBatch marshals b into frames of at most maxBytes each, splitting
+// its items in halves until every part fits. Every part repeats
+// gateway_id and sent_ts_ms; items keep their order across the parts.
+func encodeBatch(b *imv1.PushBatch, maxBytes int) ([][]byte, error) {
+	v, err := proto.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("marshal push batch: %w", err)
+	}
+	if len(v) <= maxBytes {
+		return [][]byte{v}, nil
+	}
+	if len(b.Items) <= 1 {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(v), maxBytes)
+	}
+	half := len(b.Items) / 2
+	var out [][]byte
+	for _, items := range [][]*imv1.PushItem{b.Items[:half], b.Items[half:]} {
+		part, err := encodeBatch(&imv1.PushBatch{GatewayId: b.GatewayId, SentTsMs: b.SentTsMs, Items: items}, maxBytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+	}
+	return out, nil
+}
+
+// decodeBatch parses one frame received for gatewayID. A frame that is not
+// a PushBatch, or is addressed to another gateway, is ErrBadBatch.
+func decodeBatch(data []byte, gatewayID string) (*imv1.PushBatch, error) {
+	var b imv1.PushBatch
+	if err := proto.Unmarshal(data, &b); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadBatch, err)
+	}
+	if b.GatewayId != gatewayID {
+		return nil, fmt.Errorf("%w: addressed to gateway %q, not %q", ErrBadBatch, b.GatewayId, gatewayID)
+	}
+	for i, it := range b.Items {
+		if it.GetItem() == nil {
+			return nil, fmt.Errorf("%w: item %d has neither event nor duplicate", ErrBadBatch, i)
+		}
+	}
+	return &b, nil
+}

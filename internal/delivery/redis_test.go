@@ -1,0 +1,31 @@
+package delivery_test
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seqflow/seqflow/internal/delivery"
+	"github.com/seqflow/seqflow/internal/delivery/deliverytest"
+	"github.com/seqflow/seqflow/internal/stack"
+)
+
+func newRedis(t testing.TB) redis.UniversalClient {
+	st := stack.Require(t, "redis")
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{st.RedisAddr}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func TestRedisTransport(t *testing.T) {
+	deliverytest.Run(t, func(t *testing.T) deliverytest.Transport {
+		rdb := newRedis(t)
+		s := delivery.NewRedisSender(rdb, delivery.RedisSenderOptions{})
+		t.Cleanup(func() { _ = s.Close() })
+		return deliverytest.Transport{
+			Sender:        s,
+			Receiver:      delivery.NewRedisReceiver(rdb, delivery.RedisReceiverOptions{}),
+			MaxFrameBytes: delivery.DefaultMaxFrameBytes,
+		}
+	})
+}
