@@ -14,6 +14,9 @@ const (
 	HeaderSchemaVersion = "seqflow-schema-version"
 	// HeaderProducer is the producing service ("producer-gw", "sequencer", ...).
 	HeaderProducer = "seqflow-producer"
+	// HeaderInstance is the producing instance (e.g. the sequencer's
+	// instance ID), for audits and fencing tests.
+	HeaderInstance = "seqflow-instance"
 	// HeaderTraceparent is the W3C trace context, carried end to end.
 	HeaderTraceparent = "traceparent"
 	// HeaderTracestate is the optional W3C tracestate companion.

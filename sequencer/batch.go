@@ -167,12 +167,12 @@ func (pb *partBatch) classify(maxBytes int, nowMs int64) {
 func (b *batch) assign(ctx context.Context, s *Sequencer, gen *msgid.Generator) error {
 	g, _ := errgroup.WithContext(ctx)
 	for _, pb := range b.parts {
-		g.Go(func() error { return pb.assign(s.cfg.Topics, gen, b.nowMs) })
+		g.Go(func() error { return pb.assign(s.cfg.Topics, s.instanceHeader, gen, b.nowMs) })
 	}
 	return g.Wait()
 }
 
-func (pb *partBatch) assign(t eventlog.Topics, gen *msgid.Generator, nowMs int64) error {
+func (pb *partBatch) assign(t eventlog.Topics, instance kgo.RecordHeader, gen *msgid.Generator, nowMs int64) error {
 	pb.st.book.Begin()
 	pb.began = true
 	ids := make([]int64, pb.fresh)
@@ -207,7 +207,8 @@ func (pb *partBatch) assign(t eventlog.Topics, gen *msgid.Generator, nowMs int64
 			pb.out = append(pb.out, &kgo.Record{
 				Topic: t.Sequenced, Partition: pb.p, Key: it.rec.Key, Value: v,
 				Timestamp: time.UnixMilli(nowMs),
-				Headers:   eventlog.Headers(eventType(it.up), "seqflow.im.v1.SequencedEvent", service, eventlog.Header(it.rec, schemas.HeaderTraceparent)),
+				Headers: append(eventlog.Headers(eventType(it.up), "seqflow.im.v1.SequencedEvent", service,
+					eventlog.Header(it.rec, schemas.HeaderTraceparent)), instance),
 			})
 		}
 	}

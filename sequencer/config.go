@@ -75,7 +75,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		TxnTimeout:        e.Duration("SEQUENCER_TXN_TIMEOUT", 10*time.Second, time.Second, 15*time.Minute),
 		LeaseTTL:          e.Duration("SEQUENCER_NODE_LEASE_TTL", 15*time.Second, 3*time.Second, time.Hour),
 		MaxClockBackwards: e.Duration("SEQUENCER_MAX_CLOCK_BACKWARDS", time.Second, 0, time.Minute),
-		AdminAddr:         e.String("SEQUENCER_ADMIN_ADDR", "127.0.0.1:9101"),
+		AdminAddr:         e.Optional("SEQUENCER_ADMIN_ADDR", "127.0.0.1:9101"),
 		CommitDelay:       e.Duration("SEQUENCER_DEBUG_COMMIT_DELAY", 0, 0, time.Minute),
 	}
 	if len(c.Brokers) == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/msgid"
 	"github.com/seqflow/seqflow/internal/segment"
+	"github.com/seqflow/seqflow/schemas"
 )
 
 // Sequencer consumes im.uplink.v1 and emits im.sequenced.v1 exactly once:
@@ -40,6 +42,8 @@ type Sequencer struct {
 	// partition was revoked underneath is never installed.
 	epoch map[int32]uint64
 	ready atomic.Bool
+
+	instanceHeader kgo.RecordHeader
 }
 
 // partState is what the sequencer holds for one assigned uplink partition.
@@ -56,12 +60,14 @@ type partState struct {
 func New(cfg Config, log *slog.Logger) *Sequencer {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	return &Sequencer{cfg: cfg, log: log, reg: reg, m: newMetrics(reg), parts: map[int32]*partState{}, epoch: map[int32]uint64{}}
+	return &Sequencer{cfg: cfg, log: log, reg: reg, m: newMetrics(reg), parts: map[int32]*partState{}, epoch: map[int32]uint64{},
+		instanceHeader: kgo.RecordHeader{Key: schemas.HeaderInstance, Value: []byte(cfg.InstanceID)}}
 }
 
 // Run sequences until ctx ends. Unrecoverable Kafka transaction errors
-// rebuild the transact session (dropping all partition state) rather than
-// exit; lost node leases and configuration errors end Run.
+// rebuild the transact session (dropping all partition state); a lost node
+// lease stops sequencing until a new node ID is leased. Only configuration
+// errors and the end of ctx end Run.
 func (s *Sequencer) Run(ctx context.Context) error {
 	pool, err := pgxpool.New(ctx, s.cfg.PGURL)
 	if err != nil {
@@ -75,16 +81,46 @@ func (s *Sequencer) Run(ctx context.Context) error {
 	if err := s.checkTopics(ctx); err != nil {
 		return err
 	}
-	lease, err := msgid.Acquire(ctx, pool, s.cfg.TransactionalID(), s.cfg.LeaseTTL, msgid.WallClock, s.cfg.MaxClockBackwards, s.log)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		err := (&admin.Server{Addr: s.cfg.AdminAddr, Reg: s.reg, Ready: s.readyz}).Run(gctx)
+		if gctx.Err() == nil {
+			s.log.Error("admin server stopped; stopping", "err", err)
+		}
+		return err
+	})
+	g.Go(func() error {
+		for {
+			if err := s.runLeased(gctx); gctx.Err() != nil {
+				return gctx.Err()
+			} else {
+				s.log.Error("sequencing stopped; starting over", "err", err)
+			}
+			select {
+			case <-gctx.Done():
+				return gctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// runLeased leases a snowflake node ID and sequences with it until the
+// lease is lost or ctx ends.
+func (s *Sequencer) runLeased(ctx context.Context) error {
+	lease, err := msgid.Acquire(ctx, s.pool, s.cfg.TransactionalID(), s.cfg.LeaseTTL, msgid.WallClock, s.cfg.MaxClockBackwards, s.log)
 	if err != nil {
 		return err
 	}
 	s.log.Info("sequencer starting", "instance_id", s.cfg.InstanceID, "node_id", lease.Gen.Node())
-
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return lease.Run(gctx) })
 	g.Go(func() error {
-		return (&admin.Server{Addr: s.cfg.AdminAddr, Reg: s.reg, Ready: s.readyz}).Run(gctx)
+		err := lease.Run(gctx)
+		if gctx.Err() == nil {
+			s.log.Error("node lease lost; no more ids with it", "node_id", lease.Gen.Node(), "err", err)
+		}
+		return err
 	})
 	g.Go(func() error {
 		for {
@@ -195,11 +231,19 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		kgo.OnPartitionsLost(s.onRevoked),
 		kgo.FetchMaxWait(100*time.Millisecond),
 	)
+	if os.Getenv("SEQUENCER_KAFKA_DEBUG") == "1" {
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+	}
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return fmt.Errorf("create transact session: %w", err)
 	}
-	defer sess.Close()
+	defer func() {
+		// A poll that returned records blocks rebalances (and so leaving
+		// the group) until allowed again.
+		sess.AllowRebalance()
+		sess.Close()
+	}()
 	for {
 		fetches := sess.PollRecords(ctx, s.cfg.MaxPollRecords)
 		if ctx.Err() != nil {

@@ -47,6 +47,16 @@ func (e *Env) String(key, def string) string {
 	return def
 }
 
+// Optional returns the value of key, def when unset, and "" when set to
+// the empty string (how a setting is switched off, e.g. an admin address).
+func (e *Env) Optional(key, def string) string {
+	v, ok := e.Lookup(key)
+	if !ok {
+		return def
+	}
+	return strings.TrimSpace(v)
+}
+
 // Required returns the value of key and records an error when it is unset.
 func (e *Env) Required(key string) string {
 	v, ok := e.get(key)

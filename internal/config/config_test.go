@@ -8,7 +8,7 @@ import (
 
 func TestEnv(t *testing.T) {
 	e := FromMap(map[string]string{
-		"A": "7", "B": "99", "D": "2s", "L": "x, y,,z", "BAD_D": "soon", "T": "true",
+		"A": "7", "B": "99", "D": "2s", "L": "x, y,,z", "BAD_D": "soon", "T": "true", "OFF": "",
 	})
 	if got := e.Int("A", 1, 0, 10); got != 7 {
 		t.Errorf("Int A = %d, want 7", got)
@@ -28,6 +28,12 @@ func TestEnv(t *testing.T) {
 	}
 	if !e.Bool("T", false) {
 		t.Error("Bool T should be true")
+	}
+	if got := e.Optional("OFF", "on"); got != "" {
+		t.Errorf("Optional set to empty = %q, want empty", got)
+	}
+	if got := e.Optional("UNSET", "on"); got != "on" {
+		t.Errorf("Optional unset = %q, want default", got)
 	}
 	e.Required("NEEDED")
 	err := e.Err()

@@ -105,8 +105,8 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []Spec, rf int16)
 	for _, s := range specs {
 		var got int32
 		var err error
-		for try := 0; try < 50; try++ {
-			if got, err = Partitions(ctx, adm, s.Name); err == nil {
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			if got, err = Partitions(ctx, adm, s.Name); err == nil || time.Now().After(deadline) {
 				break
 			}
 			select {

@@ -72,7 +72,11 @@ type Proc struct {
 // prints the log tail when the test failed.
 func Start(t testing.TB, name, bin string, env ...string) *Proc {
 	t.Helper()
-	p := &Proc{t: t, Name: name, Bin: bin, Env: env, Log: filepath.Join(t.TempDir(), name+".log")}
+	dir := os.Getenv("SEQFLOW_PROC_LOG_DIR") // keep logs after the test, for debugging
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	p := &Proc{t: t, Name: name, Bin: bin, Env: env, Log: filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".log")}
 	p.start()
 	t.Cleanup(func() {
 		p.Kill()

@@ -4,9 +4,12 @@
 // any I/O. Reserving extends a session's row atomically, so a range is never
 // handed out twice, to anyone, whatever crashes or pauses.
 //
-// A Book keeps at most Step unused seqs per session: a shortfall asks for
-// max(Step, demand) - remaining and a top-up (prefetch) for Step - remaining.
-// That bounds the gap a crash or a partition move can leave to one step.
+// A Book keeps at most Step unconfirmed seqs per session (unused, or used by
+// a transaction not yet committed): a shortfall asks for max(Step, demand) -
+// remaining and a top-up (prefetch) for Step - (remaining + in flight). That
+// bounds the gap a crash or a partition move can leave to one step, or to
+// the session's messages in the one transaction cut off, when one
+// transaction carries more than a step of them.
 package segment
 
 import (
@@ -101,11 +104,13 @@ func (b *Book) Shortfall(demand map[string]int) []Request {
 }
 
 // Low returns top-up requests for the sessions among touched that hold
-// fewer than the low-water mark, sorted by session ID.
+// fewer than the low-water mark, sorted by session ID. Seqs taken since
+// Begin count as held: until their batch commits they may yet be wasted, so
+// held plus in-flight never exceeds one step.
 func (b *Book) Low(touched []string) []Request {
 	var out []Request
 	for _, s := range touched {
-		have := b.Remaining(s)
+		have := b.Remaining(s) + int64(len(b.taken[s]))
 		if have < b.lowWater {
 			out = append(out, Request{SessionID: s, N: b.step - have})
 		}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/proctest"
+	"github.com/seqflow/seqflow/schemas"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// TestSequencesEachMessageOnce: retries collapse to one seq (G3), seqs are
+// unique and increasing (G1, G2), order is kept (G4), nothing is lost and
+// bad input is dead-lettered with a reason while the partition moves on (G5).
+func TestSequencesEachMessageOnce(t *testing.T) {
+	h := newHarness(t, 4)
+	h.start("a")
+	ctx := context.Background()
+
+	// Bad input first, so good records behind it prove the partition moved on.
+	bad := map[imv1.ErrorCode]int{}
+	h.sendRaw(ctx, h.session(0), []byte("\xff\xfe not a protobuf"))
+	bad[imv1.ErrorCode_ERROR_CODE_UNDECODABLE]++
+	missing, _ := proto.Marshal(&imv1.Uplink{SessionId: h.session(1), SenderUserId: "u",
+		Command: &imv1.Uplink_Message{Message: &imv1.MessageContent{Type: "text"}}})
+	h.sendRaw(ctx, h.session(1), missing)
+	bad[imv1.ErrorCode_ERROR_CODE_MISSING_FIELD]++
+	h.sendRaw(ctx, "some-other-key", uplinkValue(h.session(2), "wrong-key", "x"))
+	bad[imv1.ErrorCode_ERROR_CODE_INVALID_FIELD]++
+	h.sendRaw(ctx, h.session(3), uplinkValue(h.session(3), "huge", strings.Repeat("x", 70_000)))
+	bad[imv1.ErrorCode_ERROR_CODE_TOO_LARGE]++
+
+	const sessions, perSession = 12, 25
+	retries := 0
+	for i := 0; i < perSession; i++ {
+		for s := 0; s < sessions; s++ {
+			id := fmt.Sprintf("m-%d", i)
+			if err := h.send(ctx, h.session(s), id); err != nil {
+				t.Fatal(err)
+			}
+			if i%5 == 0 { // a retry of the same client message
+				if err := h.send(ctx, h.session(s), id); err != nil {
+					t.Fatal(err)
+				}
+				retries++
+			}
+		}
+	}
+	l, r := h.settle(60 * time.Second)
+	requireOK(t, r)
+	if r.Events != sessions*perSession {
+		t.Errorf("events = %d, want %d", r.Events, sessions*perSession)
+	}
+	if r.Duplicates != retries {
+		t.Errorf("duplicate ACKs = %d, want one per retry (%d)", r.Duplicates, retries)
+	}
+	gotBad := map[imv1.ErrorCode]int{}
+	for _, d := range l.DeadLetters {
+		gotBad[d.Code]++
+		if d.Reason == "" || d.OriginalTopic != h.topics.Uplink || d.Service != "sequencer" {
+			t.Errorf("dead letter lacks reason or origin: %+v", d)
+		}
+	}
+	for code, n := range bad {
+		if gotBad[code] != n {
+			t.Errorf("dead letters with %s = %d, want %d (all: %v)", code, gotBad[code], n, gotBad)
+		}
+	}
+	// Without restarts there is no gap at all: seqs are 1..perSession.
+	for _, ev := range l.Events {
+		if ev.Seq > perSession {
+			t.Fatalf("seq %d > %d without any restart: a gap appeared", ev.Seq, perSession)
+		}
+	}
+}
+
+// TestPartitionMovesAwayAndBack moves partitions A→B→A while messages flow
+// and proves no seq is reused and none goes backwards: A dropped its
+// segments when the partitions left, and renewed when they came back.
+func TestPartitionMovesAwayAndBack(t *testing.T) {
+	h := newHarness(t, 4)
+	a := h.start("a")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sessions []string
+	for i := 0; i < 16; i++ {
+		sessions = append(sessions, h.session(i))
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return h.producer(gctx, sessions, 0.1, 2*time.Millisecond) })
+
+	time.Sleep(4 * time.Second)
+	b := h.start("b") // A→B: half the partitions move
+	waitLog(t, b, "partition assigned", 30*time.Second)
+	time.Sleep(4 * time.Second)
+	b.Stop(20 * time.Second) // B→A: they come back
+	waitLog(t, a, "partition released", 5*time.Second)
+	time.Sleep(5 * time.Second)
+	cancel()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	_, r := h.settle(60 * time.Second)
+	requireOK(t, r)
+	if r.MaxGap == 0 {
+		t.Errorf("no gap at all: the partitions that came back did not renew their segments")
+	}
+	if strings.Count(readLog(t, a), "dedup window rebuilt") <= 4 {
+		t.Errorf("A rebuilt no partition state after the partitions came back")
+	}
+}
+
+// TestPausedInstanceIsFenced stops an instance mid-transaction (SIGSTOP)
+// for longer than the session timeout, lets its partitions move, then lets
+// it continue: what it had produced must never become committed, and the
+// log keeps every guarantee.
+func TestPausedInstanceIsFenced(t *testing.T) {
+	h := newHarness(t, 4)
+	// A lingers 1 s between producing a batch and committing it, so a stop
+	// lands inside an open transaction.
+	a := h.start("a", "SEQUENCER_DEBUG_COMMIT_DELAY=1s")
+	b := h.start("b")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sessions []string
+	for i := 0; i < 16; i++ {
+		sessions = append(sessions, h.session(i))
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return h.producer(gctx, sessions, 0.1, 2*time.Millisecond) })
+	waitLog(t, a, "dedup window rebuilt", 30*time.Second)
+	waitLog(t, b, "dedup window rebuilt", 30*time.Second)
+	time.Sleep(4 * time.Second) // both own partitions and commit
+	stoppedAt := time.Now()
+	a.Signal(syscall.SIGSTOP)
+	time.Sleep(12 * time.Second) // > session timeout: B takes A's partitions
+	a.Signal(syscall.SIGCONT)
+	time.Sleep(6 * time.Second)
+	cancel()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	_, r := h.settle(90 * time.Second)
+	requireOK(t, r)
+	if !b.LogContains("partition assigned") {
+		t.Fatal("B never got partitions")
+	}
+
+	// The records A had in flight when it stopped exist in the log but
+	// were aborted: read uncommitted sees them, read committed does not.
+	aID := h.group + "-a"
+	committed := instanceRecords(t, h, kgo.ReadCommitted(), aID)
+	all := instanceRecords(t, h, kgo.ReadUncommitted(), aID)
+	aborted := 0
+	for k, ts := range all {
+		if _, ok := committed[k]; !ok && ts < stoppedAt.UnixMilli() && ts > stoppedAt.Add(-3*time.Second).UnixMilli() {
+			aborted++
+		}
+	}
+	if aborted == 0 {
+		t.Fatalf("no record of the paused instance's open transaction was found aborted (A wrote %d, %d committed)", len(all), len(committed))
+	}
+	t.Logf("paused instance: %d records in its open transaction, all aborted", aborted)
+}
+
+// TestChaos runs three sequencers under load from producers that retry,
+// kills -9, pauses and restarts them and forces rebalances, then checks
+// G1–G5 over the whole committed log.
+func TestChaos(t *testing.T) {
+	h := newHarness(t, 6)
+	procs := []*proctest.Proc{h.start("s0"), h.start("s1"), h.start("s2")}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	for p := 0; p < 4; p++ {
+		var sessions []string
+		for i := 0; i < 10; i++ {
+			sessions = append(sessions, h.session(p*10+i))
+		}
+		g.Go(func() error { return h.producer(gctx, sessions, 0.15, time.Millisecond) })
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("chaos seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	faults := map[string]int{}
+	for round := 0; round < 9; round++ {
+		time.Sleep(3 * time.Second)
+		p := procs[rng.IntN(len(procs))]
+		switch rng.IntN(3) {
+		case 0:
+			faults["kill9"]++
+			p.Kill()
+			time.Sleep(time.Second)
+			p.Restart()
+		case 1:
+			faults["pause"]++
+			p.Signal(syscall.SIGSTOP)
+			time.Sleep(8 * time.Second)
+			p.Signal(syscall.SIGCONT)
+		case 2:
+			faults["graceful_restart"]++
+			p.Stop(20 * time.Second)
+			p.Restart()
+		}
+	}
+	time.Sleep(3 * time.Second)
+	cancel()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	_, r := h.settle(120 * time.Second)
+	t.Logf("faults injected: %v; distinct messages sent: %d", faults, h.distinctSent())
+	requireOK(t, r)
+	if r.Events != h.distinctSent() {
+		t.Fatalf("events = %d, distinct messages sent = %d", r.Events, h.distinctSent())
+	}
+}
+
+func readLog(t *testing.T, p *proctest.Proc) string {
+	t.Helper()
+	b, err := os.ReadFile(p.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func waitLog(t *testing.T, p *proctest.Proc, s string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !p.LogContains(s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never logged %q", p, s)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// instanceRecords reads the sequenced topic at the given isolation level
+// and returns the records written by instance, keyed by partition/offset,
+// with their server timestamps.
+func instanceRecords(t *testing.T, h *harness, iso kgo.IsolationLevel, instance string) map[string]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(append(eventlog.ClientOpts(h.st.KafkaBrokers, "seq-test-reader"),
+		kgo.ConsumeTopics(h.topics.Sequenced), kgo.FetchIsolationLevel(iso),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	out := map[string]int64{}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		if fs.NumRecords() == 0 {
+			return out
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if eventlog.Header(r, schemas.HeaderInstance) == instance {
+				out[fmt.Sprintf("%d/%d", r.Partition, r.Offset)] = r.Timestamp.UnixMilli()
+			}
+		})
+	}
+}
