@@ -55,7 +55,10 @@ type Book struct {
 	taken map[string][]int64
 }
 
-type ranges struct{ rs []Range }
+type ranges struct {
+	rs  []Range
+	top int64 // highest seq ever held, to refuse a range handed out twice
+}
 
 func (r *ranges) remaining() int64 {
 	var n int64
@@ -132,9 +135,10 @@ func (b *Book) Add(grants []Grant) error {
 			r = &ranges{}
 			b.sessions[g.SessionID] = r
 		}
-		if n := len(r.rs); n > 0 && r.rs[n-1].Hi >= g.Range.Lo {
-			return fmt.Errorf("segment: grant %+v for session %s overlaps held range %+v", g.Range, g.SessionID, r.rs[n-1])
+		if r.top >= g.Range.Lo {
+			return fmt.Errorf("segment: grant %+v for session %s is not above seq %d already held", g.Range, g.SessionID, r.top)
 		}
+		r.top = g.Range.Hi
 		if n := len(r.rs); n > 0 && r.rs[n-1].Hi+1 == g.Range.Lo {
 			r.rs[n-1].Hi = g.Range.Hi // contiguous: extend
 		} else {

@@ -1,0 +1,128 @@
+package segment
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seqflow/seqflow/internal/migrate"
+	"github.com/seqflow/seqflow/internal/stack"
+)
+
+func TestBook(t *testing.T) {
+	b := NewBook(10, 5)
+	reqs := b.Shortfall(map[string]int{"s": 3, "t": 12})
+	want := []Request{{"s", 10}, {"t", 12}}
+	if fmt.Sprint(reqs) != fmt.Sprint(want) {
+		t.Fatalf("Shortfall = %v, want %v", reqs, want)
+	}
+	if err := b.Add([]Grant{{"s", Range{1, 10}}, {"t", Range{1, 12}}}); err != nil {
+		t.Fatal(err)
+	}
+	b.Begin()
+	for want := int64(1); want <= 6; want++ {
+		if got, ok := b.Take("s"); !ok || got != want {
+			t.Fatalf("Take = %d %v, want %d", got, ok, want)
+		}
+	}
+	// 4 left + 6 in flight = 10: no top-up yet.
+	if low := b.Low([]string{"s"}); len(low) != 0 {
+		t.Fatalf("Low with in-flight seqs = %v, want none", low)
+	}
+	b.Rewind() // the batch aborted: 1..6 come back
+	if got, _ := b.Take("s"); got != 1 {
+		t.Fatalf("after Rewind Take = %d, want 1", got)
+	}
+	b.Commit()
+	for i := 0; i < 5; i++ {
+		b.Take("s")
+	}
+	b.Commit() // 4 left, nothing in flight: below low water 5
+	low := b.Low([]string{"s"})
+	if len(low) != 1 || low[0].N != 6 {
+		t.Fatalf("Low = %v, want a top-up of 6", low)
+	}
+	// A non-contiguous grant (someone else reserved in between) is kept.
+	if err := b.Add([]Grant{{"s", Range{21, 26}}}); err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for {
+		q, ok := b.Take("s")
+		if !ok {
+			break
+		}
+		got = append(got, q)
+	}
+	if fmt.Sprint(got) != "[7 8 9 10 21 22 23 24 25 26]" {
+		t.Fatalf("seqs = %v", got)
+	}
+	if err := b.Add([]Grant{{"s", Range{25, 30}}}); err == nil {
+		t.Fatal("a grant below what the book handed out must be refused")
+	}
+}
+
+// TestPGStoreNeverHandsOutARangeTwice races owners over the same sessions
+// against the real session_seq table.
+func TestPGStoreNeverHandsOutARangeTwice(t *testing.T) {
+	st := stack.Require(t, "pg")
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, st.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := migrate.Up(ctx, pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	store := NewPGStore(pool, 7)
+	var sessions []string
+	for i := 0; i < 5; i++ {
+		sessions = append(sessions, "seg-test-"+uuid.NewString())
+	}
+	var mu sync.Mutex
+	got := map[string][]Range{}
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				var reqs []Request
+				for j, s := range sessions {
+					if (i+j+w)%2 == 0 {
+						reqs = append(reqs, Request{s, int64(1 + (i+w)%7)})
+					}
+				}
+				sortRequests(reqs)
+				grants, err := store.Reserve(ctx, reqs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, g := range grants {
+					got[g.SessionID] = append(got[g.SessionID], g.Range)
+				}
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Wait()
+	for s, rs := range got {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Lo < rs[j].Lo })
+		if rs[0].Lo != 1 {
+			t.Errorf("%s: first range starts at %d, want 1", s, rs[0].Lo)
+		}
+		for i := 1; i < len(rs); i++ {
+			if rs[i].Lo != rs[i-1].Hi+1 {
+				t.Errorf("%s: ranges %v and %v overlap or leave a hole", s, rs[i-1], rs[i])
+			}
+		}
+	}
+}
