@@ -67,6 +67,36 @@ func Decode(data []byte, l Limits) (*ClientFrame, *apierr.Error) {
 	return &f, nil
 }
 
+// DecodeAs is Decode for an HTTP body whose op is named by the URL: the
+// body's "op" may be absent or must equal op. An empty body is "{}".
+func DecodeAs(data []byte, op string, l Limits) (*ClientFrame, *apierr.Error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		data = []byte("{}")
+	}
+	if len(data) > l.MaxFrameBytes {
+		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "body is %d bytes, limit %d", len(data), l.MaxFrameBytes)
+	}
+	if !utf8.Valid(data) {
+		return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_UTF8, "body is not valid UTF-8")
+	}
+	var f ClientFrame
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&f); err != nil {
+		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "body is not a JSON object of the protocol: %v", err)
+	}
+	if dec.More() {
+		return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "trailing data after the JSON object")
+	}
+	if f.Op != "" && f.Op != op {
+		return &f, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "body op %q does not match the URL's %q", clip(f.Op), op)
+	}
+	f.Op = op
+	if err := f.Validate(l); err != nil {
+		return &f, err
+	}
+	return &f, nil
+}
+
 // Validate checks the fields Op needs. On success the frame is safe to
 // turn into an uplink: IDs are in their alphabet, sizes within l.
 func (f *ClientFrame) Validate(l Limits) *apierr.Error {

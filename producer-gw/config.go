@@ -1,0 +1,208 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/wire"
+)
+
+// Config is the gateway's configuration, read from the environment.
+type Config struct {
+	// Brokers: SEQFLOW_KAFKA_BROKERS, comma-separated (required).
+	Brokers []string
+	// PGURL: SEQFLOW_PG_URL, the message store the persister writes (required).
+	PGURL string
+	// RedisAddr: SEQFLOW_REDIS_ADDR, presence and push transport (required).
+	RedisAddr string
+	// Topics: names under SEQFLOW_TOPIC_PREFIX, default no prefix.
+	Topics eventlog.Topics
+	// StoreSchema: GATEWAY_STORE_SCHEMA, the store's home schema, default
+	// "public"; its store_pointer is followed to the live schema.
+	StoreSchema string
+	// GatewayID: GATEWAY_ID, default "<hostname>-<pid>" (auth.ValidID
+	// alphabet). The pusher addresses this gateway's batches by it.
+	GatewayID string
+	// Addr: GATEWAY_ADDR for WebSocket and HTTP clients, default
+	// 127.0.0.1:8080. Port 0 picks a free port (tests).
+	Addr string
+	// OriginPatterns: GATEWAY_ORIGIN_PATTERNS, comma-separated host
+	// patterns browsers may connect from besides the gateway's own host,
+	// default none. Clients that send no Origin (curl, Node) are unaffected.
+	OriginPatterns []string
+	// AdminAddr: GATEWAY_ADMIN_ADDR for /metrics /healthz /readyz, default
+	// 127.0.0.1:9103; empty disables.
+	AdminAddr string
+	// HS256Secret: GATEWAY_JWT_HS256_SECRET, at least 32 bytes. Exactly one
+	// of it and Ed25519Public must be set.
+	HS256Secret []byte
+	// Ed25519Public: GATEWAY_JWT_ED25519_PUBLIC_KEY, PEM or base64 of the
+	// 32 raw bytes.
+	Ed25519Public ed25519.PublicKey
+	// DevMode: GATEWAY_DEV_MODE, default false. Turns on POST /v1/dev/login,
+	// which mints a token for any user: never in production.
+	DevMode bool
+	// DevEd25519Private: GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY, the key dev
+	// login signs with when tokens are Ed25519 (with HS256 it uses the secret).
+	DevEd25519Private ed25519.PrivateKey
+	// DevTokenTTL: GATEWAY_DEV_TOKEN_TTL, lifetime of dev-login tokens, default 24h.
+	DevTokenTTL time.Duration
+	// AckWait: GATEWAY_ACK_WAIT, how long a send waits for its seq before it
+	// is answered "accepted", default 2s; 0 answers "accepted" at once.
+	AckWait time.Duration
+	// NoticeTTL: GATEWAY_NOTICE_TTL, how long after an "accepted" answer a
+	// late seq is still forwarded as a seq_notice, default 2m.
+	NoticeTTL time.Duration
+	// ProduceTimeout: GATEWAY_PRODUCE_TIMEOUT, the bound on Kafka accepting
+	// an uplink before the client gets a retryable "unavailable", default 5s.
+	ProduceTimeout time.Duration
+	// MaxInFlight: GATEWAY_MAX_IN_FLIGHT, sends per connection awaiting
+	// their ACK, default 64; one more gets "too_many_in_flight".
+	MaxInFlight int
+	// RatePerUser: GATEWAY_RATE_PER_USER, requests per second per user
+	// (all devices together), default 50; RateBurst: GATEWAY_RATE_BURST,
+	// default 100. Past them: "rate_limited".
+	RatePerUser int
+	RateBurst   int
+	// Limits: GATEWAY_MAX_FRAME_BYTES (default 65536), GATEWAY_MAX_BODY_BYTES
+	// (16384), GATEWAY_MAX_MEMBERS per request (500), GATEWAY_MAX_SYNC_LIMIT
+	// (200, page default 50).
+	Limits wire.Limits
+	// Heartbeat: GATEWAY_HEARTBEAT, how often the gateway pings each
+	// WebSocket, default 15s.
+	Heartbeat time.Duration
+	// IdleTimeout: GATEWAY_IDLE_TIMEOUT, a connection from which nothing
+	// (frame or pong) arrives for this long is closed, default 60s.
+	IdleTimeout time.Duration
+	// WriteTimeout: GATEWAY_WRITE_TIMEOUT per frame written, default 10s.
+	WriteTimeout time.Duration
+	// ConnQueue: GATEWAY_CONN_QUEUE, frames queued per connection, default
+	// 512; a connection whose queue is full is closed (it syncs on reconnect).
+	ConnQueue int
+	// PresenceTTL: GATEWAY_PRESENCE_TTL, default 30s, refreshed every TTL/3.
+	PresenceTTL time.Duration
+	// MemberCacheTTL: GATEWAY_MEMBER_CACHE_TTL, how long a membership answer
+	// from PostgreSQL is reused, default 1s; 0 disables the cache.
+	MemberCacheTTL time.Duration
+	// EditWindow: GATEWAY_EDIT_WINDOW, default 15m; RecallWindow:
+	// GATEWAY_RECALL_WINDOW, default 2m: how long after its server time a
+	// sender may edit or recall a message.
+	EditWindow   time.Duration
+	RecallWindow time.Duration
+	// DeliveredFlushCount: GATEWAY_DELIVERED_FLUSH_COUNT (default 64) and
+	// DeliveredFlushInterval: GATEWAY_DELIVERED_FLUSH_INTERVAL (default
+	// 100ms): delivery receipts of a connection are produced after this many
+	// cursor updates or this long after the first, whichever comes first.
+	DeliveredFlushCount    int
+	DeliveredFlushInterval time.Duration
+	// ShutdownTimeout: GATEWAY_SHUTDOWN_TIMEOUT, how long shutdown waits for
+	// in-flight sends before closing sockets, default 10s.
+	ShutdownTimeout time.Duration
+}
+
+// LoadConfig reads Config from e and validates it.
+func LoadConfig(e *config.Env) (Config, error) {
+	host, _ := os.Hostname()
+	c := Config{
+		Brokers:                e.List("SEQFLOW_KAFKA_BROKERS", nil),
+		PGURL:                  e.Required("SEQFLOW_PG_URL"),
+		RedisAddr:              e.Required("SEQFLOW_REDIS_ADDR"),
+		Topics:                 eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
+		StoreSchema:            e.String("GATEWAY_STORE_SCHEMA", "public"),
+		GatewayID:              e.String("GATEWAY_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+		Addr:                   e.String("GATEWAY_ADDR", "127.0.0.1:8080"),
+		OriginPatterns:         e.List("GATEWAY_ORIGIN_PATTERNS", nil),
+		AdminAddr:              e.Optional("GATEWAY_ADMIN_ADDR", "127.0.0.1:9103"),
+		DevMode:                e.Bool("GATEWAY_DEV_MODE", false),
+		DevTokenTTL:            e.Duration("GATEWAY_DEV_TOKEN_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
+		AckWait:                e.Duration("GATEWAY_ACK_WAIT", 2*time.Second, 0, 30*time.Second),
+		NoticeTTL:              e.Duration("GATEWAY_NOTICE_TTL", 2*time.Minute, time.Second, time.Hour),
+		ProduceTimeout:         e.Duration("GATEWAY_PRODUCE_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
+		MaxInFlight:            e.Int("GATEWAY_MAX_IN_FLIGHT", 64, 1, 10_000),
+		RatePerUser:            e.Int("GATEWAY_RATE_PER_USER", 50, 1, 1_000_000),
+		RateBurst:              e.Int("GATEWAY_RATE_BURST", 100, 1, 1_000_000),
+		Heartbeat:              e.Duration("GATEWAY_HEARTBEAT", 15*time.Second, 100*time.Millisecond, 10*time.Minute),
+		IdleTimeout:            e.Duration("GATEWAY_IDLE_TIMEOUT", 60*time.Second, 300*time.Millisecond, time.Hour),
+		WriteTimeout:           e.Duration("GATEWAY_WRITE_TIMEOUT", 10*time.Second, 100*time.Millisecond, 5*time.Minute),
+		ConnQueue:              e.Int("GATEWAY_CONN_QUEUE", 512, 8, 1_000_000),
+		PresenceTTL:            e.Duration("GATEWAY_PRESENCE_TTL", 30*time.Second, 3*time.Second, time.Hour),
+		MemberCacheTTL:         e.Duration("GATEWAY_MEMBER_CACHE_TTL", time.Second, 0, time.Minute),
+		EditWindow:             e.Duration("GATEWAY_EDIT_WINDOW", 15*time.Minute, 0, 30*24*time.Hour),
+		RecallWindow:           e.Duration("GATEWAY_RECALL_WINDOW", 2*time.Minute, 0, 30*24*time.Hour),
+		DeliveredFlushCount:    e.Int("GATEWAY_DELIVERED_FLUSH_COUNT", 64, 1, 100_000),
+		DeliveredFlushInterval: e.Duration("GATEWAY_DELIVERED_FLUSH_INTERVAL", 100*time.Millisecond, time.Millisecond, time.Minute),
+		ShutdownTimeout:        e.Duration("GATEWAY_SHUTDOWN_TIMEOUT", 10*time.Second, 0, 10*time.Minute),
+	}
+	l := wire.DefaultLimits
+	l.MaxFrameBytes = e.Int("GATEWAY_MAX_FRAME_BYTES", l.MaxFrameBytes, 1024, 512<<10)
+	l.MaxBodyBytes = e.Int("GATEWAY_MAX_BODY_BYTES", l.MaxBodyBytes, 16, 48<<10)
+	l.MaxMembers = e.Int("GATEWAY_MAX_MEMBERS", l.MaxMembers, 1, 10_000)
+	l.MaxSyncLimit = e.Int("GATEWAY_MAX_SYNC_LIMIT", l.MaxSyncLimit, 1, 10_000)
+	l.DefaultSyncLimit = min(l.DefaultSyncLimit, l.MaxSyncLimit)
+	c.Limits = l
+	if len(c.Brokers) == 0 {
+		e.Required("SEQFLOW_KAFKA_BROKERS")
+	}
+	secret := e.String("GATEWAY_JWT_HS256_SECRET", "")
+	pub := e.String("GATEWAY_JWT_ED25519_PUBLIC_KEY", "")
+	devPriv := e.String("GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY", "")
+	if err := e.Err(); err != nil {
+		return c, fmt.Errorf("producer-gw config: %w", err)
+	}
+	var errs []error
+	switch {
+	case secret != "" && pub != "":
+		errs = append(errs, errors.New("set one of GATEWAY_JWT_HS256_SECRET and GATEWAY_JWT_ED25519_PUBLIC_KEY, not both"))
+	case secret != "":
+		if len(secret) < auth.MinSecretBytes {
+			errs = append(errs, fmt.Errorf("GATEWAY_JWT_HS256_SECRET is %d bytes, want at least %d", len(secret), auth.MinSecretBytes))
+		}
+		c.HS256Secret = []byte(secret)
+	case pub != "":
+		k, err := auth.ParseEd25519PublicKey(pub)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("GATEWAY_JWT_ED25519_PUBLIC_KEY: %w", err))
+		}
+		c.Ed25519Public = k
+	default:
+		errs = append(errs, errors.New("GATEWAY_JWT_HS256_SECRET or GATEWAY_JWT_ED25519_PUBLIC_KEY is required"))
+	}
+	if devPriv != "" {
+		k, err := auth.ParseEd25519PrivateKey(devPriv)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY: %w", err))
+		}
+		c.DevEd25519Private = k
+	}
+	if c.DevMode && c.HS256Secret == nil && c.DevEd25519Private == nil {
+		errs = append(errs, errors.New("GATEWAY_DEV_MODE with Ed25519 tokens needs GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY to sign dev logins"))
+	}
+	if err := auth.ValidID(c.GatewayID); err != nil {
+		errs = append(errs, fmt.Errorf("GATEWAY_ID=%q: %w", c.GatewayID, err))
+	}
+	for _, a := range []struct{ name, v string }{{"GATEWAY_ADDR", c.Addr}, {"GATEWAY_ADMIN_ADDR", c.AdminAddr}} {
+		if a.v == "" && a.name == "GATEWAY_ADMIN_ADDR" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want host:port", a.name, a.v))
+		}
+	}
+	if c.IdleTimeout <= c.Heartbeat {
+		errs = append(errs, fmt.Errorf("GATEWAY_IDLE_TIMEOUT (%s) must exceed GATEWAY_HEARTBEAT (%s)", c.IdleTimeout, c.Heartbeat))
+	}
+	if c.Limits.MaxBodyBytes+4096 > c.Limits.MaxFrameBytes {
+		errs = append(errs, fmt.Errorf("GATEWAY_MAX_BODY_BYTES (%d) must leave 4096 bytes of GATEWAY_MAX_FRAME_BYTES (%d) for the rest of the frame", c.Limits.MaxBodyBytes, c.Limits.MaxFrameBytes))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("producer-gw config: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/config"
+)
+
+func baseEnv() map[string]string {
+	return map[string]string{
+		"SEQFLOW_KAFKA_BROKERS":    "127.0.0.1:19092",
+		"SEQFLOW_PG_URL":           "postgres://x@127.0.0.1/db",
+		"SEQFLOW_REDIS_ADDR":       "127.0.0.1:16379",
+		"GATEWAY_JWT_HS256_SECRET": testSecret,
+		"GATEWAY_ID":               "gw-1",
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	cases := []struct {
+		name    string
+		set     map[string]string
+		unset   []string
+		wantErr string // substring; "" = valid
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "defaults", check: func(t *testing.T, c Config) {
+			if c.Addr != "127.0.0.1:8080" || c.AdminAddr != "127.0.0.1:9103" || c.AckWait != 2*time.Second || c.DevMode ||
+				c.MaxInFlight != 64 || c.Limits.MaxFrameBytes != 64<<10 || c.PresenceTTL != 30*time.Second || c.StoreSchema != "public" {
+				t.Fatalf("defaults: %+v", c)
+			}
+		}},
+		{name: "admin off", set: map[string]string{"GATEWAY_ADMIN_ADDR": ""}, check: func(t *testing.T, c Config) {
+			if c.AdminAddr != "" {
+				t.Fatalf("admin addr %q, want off", c.AdminAddr)
+			}
+		}},
+		{name: "ed25519", set: map[string]string{"GATEWAY_JWT_ED25519_PUBLIC_KEY": base64.StdEncoding.EncodeToString(pub)}, unset: []string{"GATEWAY_JWT_HS256_SECRET"},
+			check: func(t *testing.T, c Config) {
+				if !c.Ed25519Public.Equal(pub) || c.HS256Secret != nil {
+					t.Fatal("ed25519 key not loaded")
+				}
+			}},
+		{name: "dev mode with ed25519 needs a private key", set: map[string]string{"GATEWAY_DEV_MODE": "true", "GATEWAY_JWT_ED25519_PUBLIC_KEY": base64.StdEncoding.EncodeToString(pub)},
+			unset: []string{"GATEWAY_JWT_HS256_SECRET"}, wantErr: "GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY"},
+		{name: "dev mode with ed25519 private key", set: map[string]string{"GATEWAY_DEV_MODE": "true", "GATEWAY_JWT_ED25519_PUBLIC_KEY": base64.StdEncoding.EncodeToString(pub),
+			"GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY": base64.StdEncoding.EncodeToString(priv.Seed())}, unset: []string{"GATEWAY_JWT_HS256_SECRET"}},
+		{name: "no key", unset: []string{"GATEWAY_JWT_HS256_SECRET"}, wantErr: "is required"},
+		{name: "both keys", set: map[string]string{"GATEWAY_JWT_ED25519_PUBLIC_KEY": base64.StdEncoding.EncodeToString(pub)}, wantErr: "not both"},
+		{name: "short secret", set: map[string]string{"GATEWAY_JWT_HS256_SECRET": "short"}, wantErr: "at least 32"},
+		{name: "bad public key", set: map[string]string{"GATEWAY_JWT_ED25519_PUBLIC_KEY": "nope"}, unset: []string{"GATEWAY_JWT_HS256_SECRET"}, wantErr: "ED25519_PUBLIC_KEY"},
+		{name: "missing brokers", unset: []string{"SEQFLOW_KAFKA_BROKERS"}, wantErr: "SEQFLOW_KAFKA_BROKERS"},
+		{name: "missing redis", unset: []string{"SEQFLOW_REDIS_ADDR"}, wantErr: "SEQFLOW_REDIS_ADDR"},
+		{name: "bad duration", set: map[string]string{"GATEWAY_ACK_WAIT": "soon"}, wantErr: "GATEWAY_ACK_WAIT"},
+		{name: "in flight out of range", set: map[string]string{"GATEWAY_MAX_IN_FLIGHT": "0"}, wantErr: "GATEWAY_MAX_IN_FLIGHT"},
+		{name: "bad gateway id", set: map[string]string{"GATEWAY_ID": "gw|1"}, wantErr: "GATEWAY_ID"},
+		{name: "bad addr", set: map[string]string{"GATEWAY_ADDR": "8080"}, wantErr: "GATEWAY_ADDR"},
+		{name: "idle not above heartbeat", set: map[string]string{"GATEWAY_HEARTBEAT": "30s", "GATEWAY_IDLE_TIMEOUT": "20s"}, wantErr: "GATEWAY_IDLE_TIMEOUT"},
+		{name: "body leaves no room in frame", set: map[string]string{"GATEWAY_MAX_FRAME_BYTES": "8192", "GATEWAY_MAX_BODY_BYTES": "8000"}, wantErr: "GATEWAY_MAX_BODY_BYTES"},
+		{name: "every error at once", set: map[string]string{"GATEWAY_ACK_WAIT": "x", "GATEWAY_RATE_BURST": "-1"}, wantErr: "GATEWAY_RATE_BURST"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := baseEnv()
+			for _, k := range c.unset {
+				delete(env, k)
+			}
+			for k, v := range c.set {
+				env[k] = v
+			}
+			cfg, err := LoadConfig(config.FromMap(env))
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err = %v, want one mentioning %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.check != nil {
+				c.check(t, cfg)
+			}
+			if _, err := New(cfg, slog.New(slog.DiscardHandler)); err != nil {
+				t.Fatalf("New: %v", err)
+			}
+		})
+	}
+}

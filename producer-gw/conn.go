@@ -1,0 +1,392 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+
+	"github.com/seqflow/seqflow/internal/apierr"
+	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/internal/presence"
+	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// hardFrameFactor: frames up to this many times MaxFrameBytes are read and
+// discarded with a frame_too_large error, the connection staying open;
+// larger ones close it (1009), so nobody streams an endless frame.
+const hardFrameFactor = 16
+
+// conn is one WebSocket connection of a user's device.
+//
+// Goroutines: the HTTP handler reads frames (and runs each command up to
+// its produce, so one connection's sends keep their order); writeLoop is
+// the only writer of frames; heartbeat pings and enforces the idle and
+// token deadlines; one goroutine per in-flight command awaits its seq.
+// closeWith asks writeLoop to send a close frame; every goroutine stops
+// once the socket is closed.
+type conn struct {
+	g  *Gateway
+	ws *websocket.Conn
+	id string
+	p  auth.Principal
+
+	out      chan []byte
+	closing  chan struct{}
+	once     sync.Once
+	code     websocket.StatusCode
+	reason   string
+	why      string
+	inflight chan struct{}
+	lastSeen atomic.Int64
+
+	mu      sync.Mutex
+	lastSeq map[string]int64 // per session, the highest seq written
+	rc      *receiptBatch
+}
+
+func (c *conn) presence() presence.Conn {
+	return presence.Conn{UserID: c.p.UserID, DeviceID: c.p.DeviceID, ConnID: c.id, GatewayID: c.g.cfg.GatewayID}
+}
+
+// serveWS authenticates and upgrades a connection, then serves it.
+func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
+	tok := auth.BearerToken(r)
+	if tok == "" {
+		tok = r.URL.Query().Get("access_token")
+	}
+	p, err := g.verifier.Verify(tok)
+	if err != nil {
+		g.m.connects.WithLabelValues("unauthenticated").Inc()
+		g.httpError(w, "", apierr.New(auth.Code(err), err.Error()))
+		return
+	}
+	if g.draining.Load() {
+		g.httpError(w, "", ErrShuttingDown)
+		return
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.OriginPatterns})
+	if err != nil {
+		g.m.connects.WithLabelValues("bad_handshake").Inc()
+		return // Accept answered the client
+	}
+	ws.SetReadLimit(int64(g.cfg.Limits.MaxFrameBytes) * hardFrameFactor)
+	c := &conn{g: g, ws: ws, id: "c-" + uuid.Must(uuid.NewV7()).String(), p: p,
+		out: make(chan []byte, g.cfg.ConnQueue), closing: make(chan struct{}),
+		inflight: make(chan struct{}, g.cfg.MaxInFlight), lastSeq: map[string]int64{}}
+	c.rc = newReceiptBatch(g, p)
+	c.touch()
+	if !g.register(c) {
+		_ = ws.Close(websocket.StatusServiceRestart, "reconnect")
+		return
+	}
+	defer g.connWG.Done()
+	g.m.connects.WithLabelValues("ok").Inc()
+	g.m.connections.Inc()
+	defer g.m.connections.Dec()
+
+	pctx, cancel := context.WithTimeout(r.Context(), g.cfg.PresenceTTL/3)
+	if err := g.presence.Put(pctx, c.presence()); err != nil {
+		g.m.presenceErrs.Inc()
+		g.log.Warn("register presence; the refresh retries", "conn_id", c.id, "user_id", p.UserID, "err", err)
+	}
+	cancel()
+	c.enqueueJSON(wire.Hello{Op: wire.OpHello, ConnID: c.id, UserID: p.UserID, DeviceID: p.DeviceID, GatewayID: g.cfg.GatewayID,
+		HeartbeatMs: g.cfg.Heartbeat.Milliseconds(), MaxFrameBytes: g.cfg.Limits.MaxFrameBytes})
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); c.writeLoop() }()
+	go func() { defer wg.Done(); c.heartbeat() }()
+	c.readLoop()
+	c.closeWith(websocket.StatusNormalClosure, "", "client")
+	wg.Wait()
+
+	g.unregister(c)
+	c.rc.stop()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
+	if err := g.presence.Remove(rctx, c.presence()); err != nil {
+		g.m.presenceErrs.Inc()
+		g.log.Warn("remove presence; it expires by itself", "conn_id", c.id, "err", err)
+	}
+	cancel()
+	g.m.closes.WithLabelValues(c.why).Inc()
+}
+
+func (g *Gateway) register(c *conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.draining.Load() {
+		return false
+	}
+	g.conns[c.id] = c
+	g.connWG.Add(1)
+	return true
+}
+
+func (g *Gateway) unregister(c *conn) {
+	g.mu.Lock()
+	delete(g.conns, c.id)
+	g.mu.Unlock()
+}
+
+func (g *Gateway) conn(id string) *conn {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.conns[id]
+}
+
+func (c *conn) touch() { c.lastSeen.Store(time.Now().UnixNano()) }
+
+// closeWith makes writeLoop close the socket with code and reason; the
+// first call wins. why labels the close in metrics.
+func (c *conn) closeWith(code websocket.StatusCode, reason, why string) {
+	c.once.Do(func() {
+		c.code, c.reason, c.why = code, reason, why
+		close(c.closing)
+	})
+}
+
+func (c *conn) readLoop() {
+	max := c.g.cfg.Limits.MaxFrameBytes
+	for {
+		typ, rd, err := c.ws.Reader(context.Background())
+		if err != nil {
+			if websocket.CloseStatus(err) == websocket.StatusMessageTooBig {
+				c.closeWith(websocket.StatusMessageTooBig, "frame_too_large", "error")
+			}
+			return
+		}
+		c.touch()
+		data, err := io.ReadAll(io.LimitReader(rd, int64(max)+1))
+		if err != nil {
+			return
+		}
+		if len(data) > max {
+			if _, err := io.Copy(io.Discard, rd); err != nil {
+				return
+			}
+			c.sendError("", "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "frame over %d bytes", max))
+			continue
+		}
+		if typ != websocket.MessageText {
+			c.sendError("", "", apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "binary frames are not supported: send JSON text frames"))
+			continue
+		}
+		f, aerr := wire.Decode(data, c.g.cfg.Limits)
+		c.g.m.frames.WithLabelValues(opLabel(f), "ws").Inc()
+		if aerr != nil {
+			var req, cmid string
+			if f != nil {
+				req, cmid = f.ReqID, f.ClientMsgID
+			}
+			c.sendError(req, cmid, aerr)
+			continue
+		}
+		c.handle(f)
+	}
+}
+
+// handle runs one valid frame. Commands run here up to their produce, so a
+// connection's commands reach the log in the order it sent them; their
+// ACKs are awaited concurrently.
+func (c *conn) handle(f *wire.ClientFrame) {
+	g := c.g
+	switch {
+	case f.Op == wire.OpPing:
+		c.enqueueJSON(wire.OK{Op: wire.OpPong, ReqID: f.ReqID})
+		return
+	case f.Op == wire.OpDelivered:
+		c.rc.add(f.Cursors)
+		if f.ReqID != "" {
+			c.enqueueJSON(wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
+		}
+		return
+	case !g.limits.allow(c.p.UserID, g.now()):
+		c.sendError(f.ReqID, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
+		return
+	case !isCommand(f.Op):
+		res, aerr := g.query(context.Background(), c.p, f)
+		if aerr != nil {
+			c.sendError(f.ReqID, "", aerr)
+			return
+		}
+		c.enqueueJSON(res)
+		return
+	}
+	select {
+	case c.inflight <- struct{}{}:
+	default:
+		c.sendError(f.ReqID, f.ClientMsgID, apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_MANY_IN_FLIGHT, "%d sends await their ACK on this connection", cap(c.inflight)))
+		return
+	}
+	if !g.beginCommand() {
+		<-c.inflight
+		c.sendError(f.ReqID, f.ClientMsgID, ErrShuttingDown)
+		return
+	}
+	up, aerr := g.prepare(context.Background(), c.p, f)
+	if aerr != nil {
+		<-c.inflight
+		g.inflight.Done()
+		c.sendError(f.ReqID, f.ClientMsgID, aerr)
+		return
+	}
+	pend, produced := g.submit(up, f.Traceparent)
+	go func() {
+		defer g.inflight.Done()
+		defer func() { <-c.inflight }()
+		ack, aerr := g.await(pend, produced, f, func(a wire.Ack) { c.enqueueJSON(a) })
+		if aerr != nil {
+			c.sendError(f.ReqID, f.ClientMsgID, aerr)
+			return
+		}
+		c.enqueueJSON(ack)
+	}()
+}
+
+func (c *conn) sendError(reqID, clientMsgID string, e *apierr.Error) {
+	c.g.m.errors.WithLabelValues(apierr.Name(e.Code)).Inc()
+	b := e.Body()
+	c.enqueueJSON(wire.ErrorFrame{Op: wire.OpError, ReqID: reqID, ClientMsgID: clientMsgID,
+		Error: wire.ErrorBody{Code: b.Code, Name: b.Name, Message: b.Message, Retryable: b.Retryable}})
+}
+
+func (c *conn) enqueueJSON(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.g.log.Error("encode frame", "err", err)
+		return
+	}
+	c.enqueue(b)
+}
+
+// enqueue queues a frame without blocking. A full queue closes the
+// connection: the client reconnects and syncs, which is cheaper for
+// everyone than a gateway holding unbounded frames for a stalled reader.
+func (c *conn) enqueue(b []byte) bool {
+	select {
+	case <-c.closing:
+		return false
+	default:
+	}
+	select {
+	case c.out <- b:
+		return true
+	default:
+		c.closeWith(closeSlowConsumer, "slow_consumer: reconnect and sync", "slow_consumer")
+		return false
+	}
+}
+
+// deliver writes a pushed event unless the connection already got a later
+// (or the same) seq of the session: what a device receives is strictly
+// increasing per session; anything it misses it finds by sync.
+func (c *conn) deliver(session string, seq int64, frame []byte) string {
+	c.mu.Lock()
+	if seq <= c.lastSeq[session] {
+		c.mu.Unlock()
+		return "dropped_order"
+	}
+	c.lastSeq[session] = seq
+	c.mu.Unlock()
+	if !c.enqueue(frame) {
+		return "dropped_closed"
+	}
+	return "delivered"
+}
+
+func (c *conn) writeLoop() {
+	for {
+		select {
+		case b := <-c.out:
+			if err := c.write(b); err != nil {
+				c.closeWith(websocket.StatusInternalError, "", "error")
+				_ = c.ws.CloseNow()
+				return
+			}
+		case <-c.closing:
+			if c.code != closeSlowConsumer {
+				c.flush()
+			}
+			if err := c.ws.Close(c.code, c.reason); err != nil {
+				_ = c.ws.CloseNow()
+			}
+			return
+		}
+	}
+}
+
+// flush writes what is queued, so ACKs produced before a close reach the
+// client.
+func (c *conn) flush() {
+	for {
+		select {
+		case b := <-c.out:
+			if c.write(b) != nil {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+func (c *conn) write(b []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
+	defer cancel()
+	return c.ws.Write(ctx, websocket.MessageText, b)
+}
+
+// heartbeat pings every Heartbeat and closes the connection when nothing
+// arrived for IdleTimeout or when its token expires.
+func (c *conn) heartbeat() {
+	t := time.NewTicker(c.g.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		var expiry <-chan time.Time
+		if !c.p.ExpiresAt.IsZero() {
+			expiry = time.After(time.Until(c.p.ExpiresAt))
+		}
+		select {
+		case <-c.closing:
+			return
+		case <-expiry:
+			c.closeWith(closeTokenExpired, "token_expired", "token_expired")
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, c.lastSeen.Load())) > c.g.cfg.IdleTimeout {
+			c.closeWith(closeIdle, "idle_timeout", "idle")
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.Heartbeat)
+		err := c.ws.Ping(ctx)
+		cancel()
+		if err == nil {
+			c.touch()
+		} else if errors.Is(err, context.DeadlineExceeded) {
+			continue // no pong this round; the idle deadline decides
+		}
+	}
+}
+
+func opLabel(f *wire.ClientFrame) string {
+	if f == nil {
+		return "invalid"
+	}
+	switch f.Op {
+	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpSync,
+		wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpPing:
+		return f.Op
+	}
+	return "unknown"
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/seqflow/seqflow/internal/apierr"
+	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/internal/presence"
+	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// routes is the client API: the WebSocket endpoint and, for every frame,
+// an HTTP call taking the same JSON (docs/protocol.md).
+func (g *Gateway) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/ws", g.serveWS)
+	mux.HandleFunc("POST /v1/{op}", g.serveOp)
+	mux.HandleFunc("GET /v1/sessions/{session_id}/messages", g.serveSyncGet)
+	mux.HandleFunc("GET /v1/changes", g.serveChangesGet)
+	if g.cfg.DevMode {
+		mux.HandleFunc("POST /v1/dev/login", g.serveDevLogin)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		b := apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "no route %s %s", r.Method, r.URL.Path).Body()
+		writeJSON(w, http.StatusNotFound, wire.ErrorFrame{Op: wire.OpError,
+			Error: wire.ErrorBody{Code: b.Code, Name: b.Name, Message: b.Message, Retryable: b.Retryable}})
+	})
+	return mux
+}
+
+// principal authenticates an HTTP call, answering 401 itself on failure.
+func (g *Gateway) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
+	p, err := g.verifier.Verify(auth.BearerToken(r))
+	if err != nil {
+		g.httpError(w, "", apierr.New(auth.Code(err), err.Error()))
+		return p, false
+	}
+	return p, true
+}
+
+func (g *Gateway) serveOp(w http.ResponseWriter, r *http.Request) {
+	op := r.PathValue("op")
+	switch op {
+	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers,
+		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered:
+	default:
+		g.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", op))
+		return
+	}
+	p, ok := g.principal(w, r)
+	if !ok {
+		return
+	}
+	g.m.frames.WithLabelValues(op, "http").Inc()
+	max := g.cfg.Limits.MaxFrameBytes
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
+	if err != nil {
+		g.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "read body: "+err.Error()))
+		return
+	}
+	if len(body) > max {
+		g.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "body over %d bytes", max))
+		return
+	}
+	f, aerr := wire.DecodeAs(body, op, g.cfg.Limits)
+	if aerr != nil {
+		cmid := ""
+		if f != nil {
+			cmid = f.ClientMsgID
+		}
+		g.httpError(w, cmid, aerr)
+		return
+	}
+	g.serveFrame(w, r, p, f)
+}
+
+func (g *Gateway) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Principal, f *wire.ClientFrame) {
+	if f.Op == wire.OpDelivered {
+		// HTTP has no connection to batch on: one receipt per session now.
+		b := newReceiptBatch(g, p)
+		b.add(f.Cursors)
+		b.stop()
+		writeJSON(w, http.StatusOK, wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
+		return
+	}
+	if !g.limits.allow(p.UserID, g.now()) {
+		g.httpError(w, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
+		return
+	}
+	if !isCommand(f.Op) {
+		res, aerr := g.query(r.Context(), p, f)
+		if aerr != nil {
+			g.httpError(w, "", aerr)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	if !g.beginCommand() {
+		g.httpError(w, f.ClientMsgID, ErrShuttingDown)
+		return
+	}
+	defer g.inflight.Done()
+	up, aerr := g.prepare(r.Context(), p, f)
+	if aerr != nil {
+		g.httpError(w, f.ClientMsgID, aerr)
+		return
+	}
+	// The pusher sends the seq only to live connections of the sender: an
+	// HTTP call is one for as long as it waits.
+	pc := presence.Conn{UserID: p.UserID, DeviceID: p.DeviceID, ConnID: "h-" + uuid.Must(uuid.NewV7()).String(), GatewayID: g.cfg.GatewayID}
+	if g.cfg.AckWait > 0 {
+		pctx, cancel := context.WithTimeout(r.Context(), g.cfg.AckWait)
+		if err := g.presence.Put(pctx, pc); err != nil {
+			g.m.presenceErrs.Inc()
+		}
+		cancel()
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Second)
+			_ = g.presence.Remove(rctx, pc)
+			cancel()
+		}()
+	}
+	pend, produced := g.submit(up, f.Traceparent)
+	ack, aerr := g.await(pend, produced, f, nil)
+	if aerr != nil {
+		g.httpError(w, f.ClientMsgID, aerr)
+		return
+	}
+	status := http.StatusOK
+	if ack.Status == wire.StatusAccepted {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, ack)
+}
+
+func (g *Gateway) serveSyncGet(w http.ResponseWriter, r *http.Request) {
+	p, ok := g.principal(w, r)
+	if !ok {
+		return
+	}
+	g.m.frames.WithLabelValues(wire.OpSync, "http").Inc()
+	f := &wire.ClientFrame{Op: wire.OpSync, SessionID: r.PathValue("session_id")}
+	q := r.URL.Query()
+	for _, a := range []struct {
+		name string
+		dst  *int64
+	}{{"after_seq", &f.AfterSeq}, {"limit", nil}} {
+		v := q.Get(a.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			g.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s must be an integer", a.name))
+			return
+		}
+		if a.dst != nil {
+			*a.dst = n
+		} else if n > int64(g.cfg.Limits.MaxSyncLimit) || n < 0 {
+			g.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "limit must be in [0, %d]", g.cfg.Limits.MaxSyncLimit))
+			return
+		} else {
+			f.Limit = int(n)
+		}
+	}
+	if aerr := f.Validate(g.cfg.Limits); aerr != nil {
+		g.httpError(w, "", aerr)
+		return
+	}
+	g.serveFrame(w, r, p, f)
+}
+
+func (g *Gateway) serveChangesGet(w http.ResponseWriter, r *http.Request) {
+	p, ok := g.principal(w, r)
+	if !ok {
+		return
+	}
+	g.m.frames.WithLabelValues(wire.OpChanges, "http").Inc()
+	g.serveFrame(w, r, p, &wire.ClientFrame{Op: wire.OpChanges})
+}
+
+// devLogin is the body of POST /v1/dev/login.
+type devLogin struct {
+	UserID   string `json:"user_id"`
+	DeviceID string `json:"device_id"`
+}
+
+// serveDevLogin mints a token for anyone who asks. It exists only with
+// GATEWAY_DEV_MODE=true.
+func (g *Gateway) serveDevLogin(w http.ResponseWriter, r *http.Request) {
+	var req devLogin
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
+		g.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "want {\"user_id\":..., \"device_id\":...}"))
+		return
+	}
+	tok, err := g.signer.Mint(req.UserID, req.DeviceID, g.cfg.DevTokenTTL)
+	if err != nil {
+		g.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, err.Error()))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"token": tok, "expires_at": g.now().Add(g.cfg.DevTokenTTL).Unix()})
+}
+
+func (g *Gateway) httpError(w http.ResponseWriter, clientMsgID string, e *apierr.Error) {
+	g.m.errors.WithLabelValues(apierr.Name(e.Code)).Inc()
+	b := e.Body()
+	if e.Code == imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED || e.Code == imv1.ErrorCode_ERROR_CODE_TOKEN_EXPIRED {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="seqflow"`)
+	}
+	writeJSON(w, e.HTTPStatus(), wire.ErrorFrame{Op: wire.OpError, ClientMsgID: clientMsgID,
+		Error: wire.ErrorBody{Code: b.Code, Name: b.Name, Message: b.Message, Retryable: b.Retryable}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"op":"error","error":{"code":5003,"name":"internal","message":"encode response","retryable":true}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// limiters is a token bucket per user on this gateway instance.
+type limiters struct {
+	r rate.Limit
+	b int
+
+	mu sync.Mutex
+	m  map[string]*userLimiter
+}
+
+type userLimiter struct {
+	lim  *rate.Limiter
+	last time.Time
+}
+
+func newLimiters(perSecond, burst int) *limiters {
+	return &limiters{r: rate.Limit(perSecond), b: burst, m: map[string]*userLimiter{}}
+}
+
+func (l *limiters) allow(user string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	u := l.m[user]
+	if u == nil {
+		u = &userLimiter{lim: rate.NewLimiter(l.r, l.b)}
+		l.m[user] = u
+	}
+	u.last = now
+	return u.lim.AllowN(now, 1)
+}
+
+// sweep forgets users idle long enough for their bucket to be full again.
+func (l *limiters) sweep(now time.Time) {
+	refill := time.Duration(float64(l.b)/float64(l.r)*float64(time.Second)) + time.Second
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for u, e := range l.m {
+		if now.Sub(e.last) > refill {
+			delete(l.m, u)
+		}
+	}
+}

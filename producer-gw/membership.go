@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// memberStore answers membership from the persister's projection.
+type memberStore interface {
+	IsMember(ctx context.Context, sessionID, userID string) (bool, error)
+}
+
+type mkey struct{ session, user string }
+
+type cachedAnswer struct {
+	member bool
+	at     time.Time
+}
+
+// seen is membership learned from a sequenced event that passed through
+// this gateway: newer than PostgreSQL until the persister catches up.
+type seen struct {
+	member bool
+	seq    int64
+	at     time.Time
+}
+
+// membership decides who may send to, sync and receive a session. The
+// authority is the message store (PostgreSQL), which lags the log by the
+// persister's batch time; two things narrow that gap:
+//   - answers are cached only briefly (ttl);
+//   - membership events the gateway sees in push batches (session_create,
+//     add, remove) override the store for localTTL, long enough for the
+//     persister to catch up. They let a creator send right after the
+//     create's ACK, and stop a removed user's sends and deliveries as soon
+//     as the removal reaches their gateway.
+type membership struct {
+	store    memberStore
+	ttl      time.Duration
+	localTTL time.Duration
+	now      func() time.Time
+
+	mu    sync.Mutex
+	cache map[mkey]cachedAnswer
+	local map[mkey]seen
+}
+
+func newMembership(s memberStore, ttl, localTTL time.Duration) *membership {
+	return &membership{store: s, ttl: ttl, localTTL: localTTL, now: time.Now,
+		cache: map[mkey]cachedAnswer{}, local: map[mkey]seen{}}
+}
+
+// IsMember reports whether user is a current member of session.
+func (m *membership) IsMember(ctx context.Context, session, user string) (bool, error) {
+	k := mkey{session, user}
+	now := m.now()
+	m.mu.Lock()
+	if s, ok := m.local[k]; ok && now.Sub(s.at) < m.localTTL {
+		m.mu.Unlock()
+		return s.member, nil
+	}
+	if c, ok := m.cache[k]; ok && now.Sub(c.at) < m.ttl {
+		m.mu.Unlock()
+		return c.member, nil
+	}
+	m.mu.Unlock()
+	ok, err := m.store.IsMember(ctx, session, user)
+	if err != nil {
+		return false, err
+	}
+	if m.ttl > 0 {
+		m.mu.Lock()
+		m.cache[k] = cachedAnswer{member: ok, at: now}
+		m.mu.Unlock()
+	}
+	return ok, nil
+}
+
+// mayReceive reports whether an event of session at seq may go to user's
+// connections: false only when the gateway saw user leave the session
+// before seq (and not rejoin). The removal event itself still reaches the
+// removed user, so their devices learn of it.
+func (m *membership) mayReceive(session, user string, seq int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.local[mkey{session, user}]
+	return !ok || s.member || seq <= s.seq
+}
+
+// observe learns from a sequenced event.
+func (m *membership) observe(ev *imv1.SequencedEvent) {
+	var users []string
+	member := true
+	switch p := ev.Payload.(type) {
+	case *imv1.SequencedEvent_SessionCreate:
+		users = append([]string{ev.SenderUserId}, p.SessionCreate.GetMemberUserIds()...)
+	case *imv1.SequencedEvent_Membership:
+		users = p.Membership.GetUserIds()
+		member = p.Membership.GetOp() != imv1.MembershipChange_OP_REMOVE
+	default:
+		return
+	}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, u := range users {
+		k := mkey{ev.SessionId, u}
+		if s, ok := m.local[k]; ok && s.seq >= ev.Seq {
+			continue
+		}
+		m.local[k] = seen{member: member, seq: ev.Seq, at: now}
+		delete(m.cache, k)
+	}
+}
+
+// sweep drops expired entries.
+func (m *membership) sweep() {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, c := range m.cache {
+		if now.Sub(c.at) >= m.ttl {
+			delete(m.cache, k)
+		}
+	}
+	for k, s := range m.local {
+		if now.Sub(s.at) >= m.localTTL {
+			delete(m.local, k)
+		}
+	}
+}

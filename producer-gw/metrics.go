@@ -1,0 +1,76 @@
+package main
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the gateway's Prometheus series.
+type metrics struct {
+	connections  prometheus.Gauge
+	connects     *prometheus.CounterVec   // by result: ok, unauthenticated
+	closes       *prometheus.CounterVec   // by reason: client, idle, token_expired, slow_consumer, shutdown, error
+	frames       *prometheus.CounterVec   // by op and transport (ws, http)
+	errors       *prometheus.CounterVec   // by error name
+	acks         *prometheus.CounterVec   // by status: ok, duplicate, accepted
+	ackSeconds   *prometheus.HistogramVec // by status: frame received to ACK queued
+	produceSecs  prometheus.Histogram
+	notices      prometheus.Counter
+	pushItems    *prometheus.CounterVec // by outcome
+	pushLag      prometheus.Histogram
+	receipts     *prometheus.CounterVec // by kind: read, delivery
+	receiptFails prometheus.Counter
+	presenceErrs prometheus.Counter
+	badBatches   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	lat := prometheus.ExponentialBuckets(0.0005, 2, 16)
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqflow_gateway_connections", Help: "Open WebSocket connections.",
+		}),
+		connects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_connects_total", Help: "WebSocket handshakes, by result.",
+		}, []string{"result"}),
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_closes_total", Help: "WebSocket connections closed, by reason.",
+		}, []string{"reason"}),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_requests_total", Help: "Client frames and HTTP calls, by op and transport.",
+		}, []string{"op", "transport"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_errors_total", Help: "Error frames and responses, by error name.",
+		}, []string{"name"}),
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_acks_total", Help: "ACKs of commands, by status (ok, duplicate, accepted).",
+		}, []string{"status"}),
+		ackSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "seqflow_gateway_ack_seconds", Help: "From a command frame's arrival to its ACK, by status.", Buckets: lat,
+		}, []string{"status"}),
+		produceSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "seqflow_gateway_produce_seconds", Help: "From producing an uplink to Kafka's acknowledgement (acks=all).", Buckets: lat,
+		}),
+		notices: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqflow_gateway_seq_notices_total", Help: "Seqs delivered as seq_notice after an accepted ACK.",
+		}),
+		pushItems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_push_items_total", Help: "Pushed events per recipient connection, by outcome.",
+		}, []string{"outcome"}),
+		pushLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "seqflow_gateway_push_batch_lag_seconds", Help: "From the pusher handing a batch over to the gateway receiving it.", Buckets: lat,
+		}),
+		receipts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_receipts_total", Help: "Receipts produced to im.receipts.v1, by kind.",
+		}, []string{"kind"}),
+		receiptFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqflow_gateway_receipt_produce_errors_total", Help: "Delivery receipts Kafka did not accept (the next one covers them).",
+		}),
+		presenceErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqflow_gateway_presence_errors_total", Help: "Failed presence writes to Redis.",
+		}),
+		badBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqflow_gateway_bad_push_batches_total", Help: "Push frames that failed to decode.",
+		}),
+	}
+	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs,
+		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches)
+	return m
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// onBatch takes one PushBatch from the transport. It only touches memory
+// (waiters, membership, connection queues), so it returns quickly as
+// delivery.Handler requires.
+func (g *Gateway) onBatch(b *imv1.PushBatch) {
+	if b.SentTsMs > 0 {
+		g.m.pushLag.Observe(max(0, time.Since(time.UnixMilli(b.SentTsMs)).Seconds()))
+	}
+	for _, it := range b.Items {
+		switch x := it.Item.(type) {
+		case *imv1.PushItem_Event:
+			g.onEvent(x.Event, it.Recipients)
+		case *imv1.PushItem_Duplicate:
+			d := x.Duplicate
+			g.waiters.resolve(ackKey{d.SessionId, d.ClientMsgId, d.SenderUserId},
+				seqResult{seq: d.Seq, msgID: d.MsgId, serverTs: d.OriginalServerTsMs, duplicate: true})
+		}
+	}
+}
+
+func (g *Gateway) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient) {
+	g.members.observe(ev)
+	g.waiters.resolve(ackKey{ev.SessionId, ev.ClientMsgId, ev.SenderUserId},
+		seqResult{seq: ev.Seq, msgID: ev.MsgId, serverTs: ev.ServerTsMs})
+	var frame []byte
+	for _, r := range recipients {
+		c := g.conn(r.ConnId)
+		if c == nil || c.p.UserID != r.UserId {
+			g.m.pushItems.WithLabelValues("dropped_no_conn").Inc()
+			continue
+		}
+		if !g.members.mayReceive(ev.SessionId, r.UserId, ev.Seq) {
+			g.m.pushItems.WithLabelValues("dropped_not_member").Inc()
+			continue
+		}
+		if frame == nil {
+			var err error
+			if frame, err = json.Marshal(wire.EventFrame{Op: wire.OpEvent, Event: wire.FromEvent(ev)}); err != nil {
+				g.log.Error("encode event frame", "session_id", ev.SessionId, "seq", ev.Seq, "err", err)
+				return
+			}
+		}
+		g.m.pushItems.WithLabelValues(c.deliver(ev.SessionId, ev.Seq, frame)).Inc()
+	}
+}
+
+// fromStored renders a store row for sync, in its current state.
+func fromStored(m store.Message) wire.Message {
+	out := wire.Message{
+		SessionID: m.SessionID, Seq: m.Seq, MsgID: strconv.FormatInt(m.MsgID, 10), ClientMsgID: m.ClientMsgID,
+		SenderUserID: m.SenderUserID, SenderDeviceID: m.SenderDeviceID, ServerTs: m.ServerTsMs, Kind: m.Kind,
+		TargetSeq: m.TargetSeq, Edited: m.EditedSeq > 0, Recalled: m.RecalledSeq > 0,
+	}
+	switch m.Kind {
+	case wire.KindMessage, wire.KindEdit:
+		out.Type = m.ContentType
+		if !out.Recalled && m.Body != nil {
+			out.Body = wire.BodyJSON(m.ContentType, m.Body)
+		}
+	case wire.KindSessionCreate:
+		out.SessionKind, out.Title, out.UserIDs = m.SessionKind, m.Title, m.MemberIDs
+	case wire.KindMembership:
+		out.Action, out.UserIDs = m.MemberOp, m.MemberIDs
+	}
+	return out
+}

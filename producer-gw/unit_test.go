@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// fakeMembers is an in-process stand-in for the message store, for unit
+// tests of the membership logic only; integration tests use PostgreSQL.
+type fakeMembers struct {
+	members map[mkey]bool
+	calls   int
+	err     error
+}
+
+func (f *fakeMembers) IsMember(_ context.Context, s, u string) (bool, error) {
+	f.calls++
+	return f.members[mkey{s, u}], f.err
+}
+
+func TestMembership(t *testing.T) {
+	ev := func(seq int64, p any) *imv1.SequencedEvent {
+		e := &imv1.SequencedEvent{SessionId: "s", Seq: seq, SenderUserId: "owner"}
+		switch x := p.(type) {
+		case *imv1.SessionCreate:
+			e.Payload = &imv1.SequencedEvent_SessionCreate{SessionCreate: x}
+		case *imv1.MembershipChange:
+			e.Payload = &imv1.SequencedEvent_Membership{Membership: x}
+		case *imv1.MessageContent:
+			e.Payload = &imv1.SequencedEvent_Message{Message: x}
+		}
+		return e
+	}
+	remove := &imv1.MembershipChange{Op: imv1.MembershipChange_OP_REMOVE, UserIds: []string{"bob"}}
+	add := &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: []string{"bob"}}
+	cases := []struct {
+		name    string
+		store   map[mkey]bool
+		events  []*imv1.SequencedEvent
+		user    string
+		member  bool
+		receive map[int64]bool // seq → may receive
+	}{
+		{name: "store says member", store: map[mkey]bool{{"s", "bob"}: true}, user: "bob", member: true, receive: map[int64]bool{5: true}},
+		{name: "store lags a create", events: []*imv1.SequencedEvent{ev(1, &imv1.SessionCreate{MemberUserIds: []string{"bob"}})}, user: "owner", member: true},
+		{name: "create lists member", events: []*imv1.SequencedEvent{ev(1, &imv1.SessionCreate{MemberUserIds: []string{"bob"}})}, user: "bob", member: true},
+		{name: "removal beats a lagging store", store: map[mkey]bool{{"s", "bob"}: true}, events: []*imv1.SequencedEvent{ev(7, remove)}, user: "bob", member: false,
+			receive: map[int64]bool{6: true, 7: true, 8: false}},
+		{name: "re-added", events: []*imv1.SequencedEvent{ev(7, remove), ev(9, add)}, user: "bob", member: true, receive: map[int64]bool{10: true}},
+		{name: "an older event does not undo a newer one", events: []*imv1.SequencedEvent{ev(9, add), ev(7, remove)}, user: "bob", member: true, receive: map[int64]bool{10: true}},
+		{name: "messages change nothing", store: map[mkey]bool{}, events: []*imv1.SequencedEvent{ev(3, &imv1.MessageContent{Type: "text"})}, user: "bob", member: false,
+			receive: map[int64]bool{3: true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMembership(&fakeMembers{members: c.store}, time.Minute, time.Minute)
+			for _, e := range c.events {
+				m.observe(e)
+			}
+			got, err := m.IsMember(context.Background(), "s", c.user)
+			if err != nil || got != c.member {
+				t.Fatalf("IsMember = %v, %v; want %v", got, err, c.member)
+			}
+			for seq, want := range c.receive {
+				if got := m.mayReceive("s", c.user, seq); got != want {
+					t.Fatalf("mayReceive(seq %d) = %v, want %v", seq, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestMembershipCacheAndExpiry(t *testing.T) {
+	store := &fakeMembers{members: map[mkey]bool{{"s", "bob"}: true}}
+	m := newMembership(store, time.Second, 10*time.Second)
+	now := time.Unix(1000, 0)
+	m.now = func() time.Time { return now }
+	for i := 0; i < 3; i++ {
+		if ok, _ := m.IsMember(context.Background(), "s", "bob"); !ok {
+			t.Fatal("not a member")
+		}
+	}
+	if store.calls != 1 {
+		t.Fatalf("store asked %d times within the cache TTL, want 1", store.calls)
+	}
+	now = now.Add(2 * time.Second)
+	m.sweep()
+	_, _ = m.IsMember(context.Background(), "s", "bob")
+	if store.calls != 2 {
+		t.Fatalf("store asked %d times after the TTL, want 2", store.calls)
+	}
+	m.observe(&imv1.SequencedEvent{SessionId: "s", Seq: 4, Payload: &imv1.SequencedEvent_Membership{
+		Membership: &imv1.MembershipChange{Op: imv1.MembershipChange_OP_REMOVE, UserIds: []string{"bob"}}}})
+	if ok, _ := m.IsMember(context.Background(), "s", "bob"); ok {
+		t.Fatal("removal not applied")
+	}
+	now = now.Add(11 * time.Second)
+	m.sweep()
+	if ok, _ := m.IsMember(context.Background(), "s", "bob"); !ok {
+		t.Fatal("after the local TTL the store decides again")
+	}
+	store.err = errors.New("down")
+	now = now.Add(2 * time.Second)
+	if _, err := m.IsMember(context.Background(), "s", "bob"); err == nil {
+		t.Fatal("store error swallowed")
+	}
+}
+
+func TestWaiters(t *testing.T) {
+	w := newWaiters()
+	k := ackKey{"s", "c1", "alice"}
+	now := time.Unix(0, 0)
+	t.Run("resolve reaches the waiter", func(t *testing.T) {
+		p := w.add(k, now)
+		if !w.resolve(k, seqResult{seq: 3}) {
+			t.Fatal("nobody waiting")
+		}
+		if r := <-p.ch; r.seq != 3 {
+			t.Fatalf("got %+v", r)
+		}
+	})
+	t.Run("another user's event resolves nothing", func(t *testing.T) {
+		p := w.add(k, now)
+		if w.resolve(ackKey{"s", "c1", "mallory"}, seqResult{seq: 9}) {
+			t.Fatal("resolved across users")
+		}
+		w.remove(p)
+		if w.len() != 0 {
+			t.Fatal("remove left an entry")
+		}
+	})
+	t.Run("late result goes to the notice", func(t *testing.T) {
+		p := w.add(k, now)
+		var got seqResult
+		if _, raced := p.toNotice(func(r seqResult) { got = r }, now.Add(time.Minute)); raced {
+			t.Fatal("raced without a result")
+		}
+		w.resolve(k, seqResult{seq: 5})
+		if got.seq != 5 {
+			t.Fatalf("notice got %+v", got)
+		}
+	})
+	t.Run("result that raced the timeout is returned", func(t *testing.T) {
+		p := w.add(k, now)
+		w.resolve(k, seqResult{seq: 6})
+		if r, raced := p.toNotice(func(seqResult) { t.Fatal("notice called") }, now); !raced || r.seq != 6 {
+			t.Fatalf("toNotice = %+v, %v", r, raced)
+		}
+	})
+	t.Run("expired notices are swept", func(t *testing.T) {
+		p := w.add(k, now)
+		p.toNotice(func(seqResult) {}, now.Add(time.Second))
+		w.sweep(now.Add(2 * time.Second))
+		if w.len() != 0 {
+			t.Fatal("expired notice kept")
+		}
+	})
+}
+
+func TestSessionIDs(t *testing.T) {
+	cases := []struct {
+		name string
+		a, b string
+	}{
+		{"simple", "alice", "bob"},
+		{"equal prefixes", "ab", "abc"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			x, y := DirectSessionID(c.a, c.b), DirectSessionID(c.b, c.a)
+			if x != y || len(x) != 34 {
+				t.Fatalf("DirectSessionID not symmetric: %s %s", x, y)
+			}
+		})
+	}
+	if DirectSessionID("a", "bc") == DirectSessionID("ab", "c") {
+		t.Fatal("pairs collide")
+	}
+	if groupSessionID("u", "c1") != groupSessionID("u", "c1") || groupSessionID("u", "c1") == groupSessionID("v", "c1") {
+		t.Fatal("group IDs must repeat per (creator, client_msg_id) and differ across creators")
+	}
+}
+
+func TestLimiter(t *testing.T) {
+	l := newLimiters(1, 2)
+	now := time.Unix(100, 0)
+	got := []bool{l.allow("u", now), l.allow("u", now), l.allow("u", now), l.allow("v", now), l.allow("u", now.Add(time.Second))}
+	want := []bool{true, true, false, true, true}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("allow #%d = %v, want %v (all: %v)", i, got[i], want[i], got)
+		}
+	}
+	l.sweep(now.Add(time.Hour))
+	if len(l.m) != 0 {
+		t.Fatal("idle limiters kept")
+	}
+}
