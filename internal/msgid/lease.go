@@ -33,6 +33,11 @@ func (l *Lease) margin() time.Duration { return l.ttl / 5 }
 // Acquire takes a free (expired) node ID for holder and returns its lease
 // with a generator. maxWait bounds how long a backwards clock is waited out.
 func Acquire(ctx context.Context, pool *pgxpool.Pool, holder string, ttl time.Duration, clock Clock, maxWait time.Duration, log *slog.Logger) (*Lease, error) {
+	return acquire(ctx, pool, holder, ttl, clock, maxWait, log, -1)
+}
+
+// acquire takes node only (any free node when only < 0).
+func acquire(ctx context.Context, pool *pgxpool.Pool, holder string, ttl time.Duration, clock Clock, maxWait time.Duration, log *slog.Logger, only int64) (*Lease, error) {
 	if clock == nil {
 		clock = WallClock
 	}
@@ -42,7 +47,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, holder string, ttl time.Du
 	err := pool.QueryRow(ctx, `
 WITH free AS (
   SELECT node_id, issued_until_ms FROM node_lease
-  WHERE expires_at < now()
+  WHERE expires_at < now() AND ($4 < 0 OR node_id = $4)
   ORDER BY expires_at, node_id
   LIMIT 1
   FOR UPDATE SKIP LOCKED)
@@ -50,7 +55,7 @@ UPDATE node_lease l
 SET holder = $1, expires_at = now() + $2::interval, acquired_at = now(),
     issued_until_ms = GREATEST(free.issued_until_ms, $3)
 FROM free WHERE l.node_id = free.node_id
-RETURNING l.node_id, free.issued_until_ms`, holder, ttl.String(), start+ttl.Milliseconds()).Scan(&node, &prevUntil)
+RETURNING l.node_id, free.issued_until_ms`, holder, ttl.String(), start+ttl.Milliseconds(), only).Scan(&node, &prevUntil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNoFreeNode
 	}
@@ -71,6 +76,12 @@ RETURNING l.node_id, free.issued_until_ms`, holder, ttl.String(), start+ttl.Mill
 	}
 	l := &Lease{pool: pool, holder: holder, ttl: ttl, clock: clock, log: log, Gen: g}
 	g.SetValidUntil(start + (ttl - l.margin()).Milliseconds())
+	if clock.NowMs() > start+ttl.Milliseconds()/3 {
+		// Waiting out the previous holder used up part of the lease.
+		if err := l.Renew(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return l, nil
 }
 

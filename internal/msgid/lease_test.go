@@ -1,0 +1,79 @@
+package msgid
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seqflow/seqflow/internal/migrate"
+	"github.com/seqflow/seqflow/internal/stack"
+)
+
+// TestLeaseAgainstPostgres: two live instances never share a node; a
+// lease taken over is lost for the old holder, whose generator stops; the
+// new holder's IDs start after the old holder's promise.
+func TestLeaseAgainstPostgres(t *testing.T) {
+	st := stack.Require(t, "pg")
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, st.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := migrate.Up(ctx, pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	a, err := Acquire(ctx, pool, "a-"+uuid.NewString(), 3*time.Second, WallClock, time.Second, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Acquire(ctx, pool, "b-"+uuid.NewString(), 3*time.Second, WallClock, time.Second, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Gen.Node() == b.Gen.Node() {
+		t.Fatalf("two live leases share node %d", a.Gen.Node())
+	}
+	idA, err := a.Gen.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Renew(ctx); err != nil {
+		t.Fatalf("renew a live lease: %v", err)
+	}
+	// Expire a's lease in the database, as if a had been paused past its
+	// TTL, and let another holder take exactly that node.
+	if _, err := pool.Exec(ctx, `UPDATE node_lease SET expires_at = now() - interval '1 second' WHERE node_id = $1`, a.Gen.Node()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := acquire(ctx, pool, "c-"+uuid.NewString(), 3*time.Second, WallClock, time.Second, log, a.Gen.Node())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Gen.Node() != a.Gen.Node() {
+		t.Fatalf("took node %d, want the expired node %d", c.Gen.Node(), a.Gen.Node())
+	}
+	idC, err := c.Gen.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idC <= idA {
+		t.Fatalf("new holder's id %d is not above the old holder's %d", idC, idA)
+	}
+	if idC.Time() < time.Now().Add(-time.Second).UnixMilli() {
+		t.Fatalf("new holder issued an id in the past: %d", idC.Time())
+	}
+	if err := a.Renew(ctx); !errors.Is(err, ErrLeaseLapsed) {
+		t.Fatalf("old holder renewed a taken-over lease: %v", err)
+	}
+	if _, err := a.Gen.Next(); !errors.Is(err, ErrLeaseLapsed) {
+		t.Fatalf("old holder still issues ids: %v", err)
+	}
+}
