@@ -52,10 +52,12 @@ WITH free AS (
   LIMIT 1
   FOR UPDATE SKIP LOCKED)
 UPDATE node_lease l
-SET holder = $1, expires_at = now() + $2::interval, acquired_at = now(),
-    issued_until_ms = GREATEST(free.issued_until_ms, $3)
+SET holder = $1, acquired_at = now(),
+    -- the lease also covers the wait for the previous holder's promise
+    expires_at = now() + $2::interval + make_interval(secs => GREATEST(0, free.issued_until_ms - $5) / 1000.0),
+    issued_until_ms = GREATEST(free.issued_until_ms, $3 + GREATEST(0, free.issued_until_ms - $5))
 FROM free WHERE l.node_id = free.node_id
-RETURNING l.node_id, free.issued_until_ms`, holder, ttl.String(), start+ttl.Milliseconds(), only).Scan(&node, &prevUntil)
+RETURNING l.node_id, free.issued_until_ms`, holder, ttl.String(), start+ttl.Milliseconds(), only, start).Scan(&node, &prevUntil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNoFreeNode
 	}
@@ -75,13 +77,7 @@ RETURNING l.node_id, free.issued_until_ms`, holder, ttl.String(), start+ttl.Mill
 		return nil, err
 	}
 	l := &Lease{pool: pool, holder: holder, ttl: ttl, clock: clock, log: log, Gen: g}
-	g.SetValidUntil(start + (ttl - l.margin()).Milliseconds())
-	if clock.NowMs() > start+ttl.Milliseconds()/3 {
-		// Waiting out the previous holder used up part of the lease.
-		if err := l.Renew(ctx); err != nil {
-			return nil, err
-		}
-	}
+	g.SetValidUntil(max(start, prevUntil) + (ttl - l.margin()).Milliseconds())
 	return l, nil
 }
 
