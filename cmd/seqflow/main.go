@@ -26,6 +26,7 @@ var commands = map[string]command{
 	"setup":  {"create topics and apply PostgreSQL migrations (idempotent)", runSetup},
 	"uplink": {"publish raw uplinks to im.uplink.v1, as a gateway would", runUplink},
 	"tap":    {"print committed events of a topic as JSON lines", runTap},
+	"token":  {"mint a development bearer token for producer-gw", runToken},
 }
 
 func main() {
