@@ -153,10 +153,8 @@ func LoadConfig(e *config.Env) (Config, error) {
 	secret := e.String("GATEWAY_JWT_HS256_SECRET", "")
 	pub := e.String("GATEWAY_JWT_ED25519_PUBLIC_KEY", "")
 	devPriv := e.String("GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY", "")
-	if err := e.Err(); err != nil {
-		return c, fmt.Errorf("producer-gw config: %w", err)
-	}
-	var errs []error
+	// Report every problem at once: the env's and the checks below.
+	errs := []error{e.Err()}
 	switch {
 	case secret != "" && pub != "":
 		errs = append(errs, errors.New("set one of GATEWAY_JWT_HS256_SECRET and GATEWAY_JWT_ED25519_PUBLIC_KEY, not both"))

@@ -328,6 +328,53 @@ func TestProtocol(t *testing.T) {
 		}
 	})
 
+	t.Run("a gateway that saw no removal refuses the removed user within the stated bound", func(t *testing.T) {
+		p.t = t
+		// The bound: the persister's lag plus GATEWAY_MEMBER_CACHE_TTL.
+		const cacheTTL = time.Second
+		const bound = cacheTTL + 5*time.Second
+		blind := p.gateway(map[string]string{"GATEWAY_MEMBER_CACHE_TTL": cacheTTL.String()})
+		alice, bob := user("alice"), user("bob")
+		a := p.connect(gw, alice, "phone")
+		sid, createSeq := createGroup(a, bob)
+		p.waitStored(sid, createSeq)
+		bobTok := p.token(bob, "cli", time.Hour)
+		httpSend := func() (int, frame) {
+			body := `{"client_msg_id":"` + newID() + `","session_id":"` + sid + `","type":"text","body":"x"}`
+			req, _ := http.NewRequest("POST", "http://"+blind.addr+"/v1/send", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+bobTok)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var f frame
+			_ = json.NewDecoder(resp.Body).Decode(&f)
+			return resp.StatusCode, f
+		}
+		if code, f := httpSend(); code != http.StatusOK && code != http.StatusAccepted {
+			t.Fatalf("bob's send before removal: %d %+v", code, f) // also primes the blind gateway's cache
+		}
+		rm := newID()
+		a.send(map[string]any{"op": "members", "client_msg_id": rm, "session_id": sid, "action": "remove", "user_ids": []string{bob}})
+		a.mustAckOK(rm)
+		removed := time.Now()
+		accepted := 0
+		for {
+			code, f := httpSend()
+			if code == http.StatusForbidden && f.Error.Name == "not_a_member" {
+				break
+			}
+			accepted++
+			if time.Since(removed) > bound {
+				t.Fatalf("removed user still sending %s after the removal's ACK (bound %s): %d %+v", time.Since(removed), bound, code, f)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("gateway without the removal event refused the removed user %s after the removal ACK (%d sends got through; bound %s)",
+			time.Since(removed).Round(time.Millisecond), accepted, bound)
+	})
+
 	t.Run("direct session has a deterministic ID and cannot be created twice", func(t *testing.T) {
 		p.t = t
 		alice, bob := user("alice"), user("bob")

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/seqflow/seqflow/internal/proctest"
+)
+
+// TestProcessShutdown runs the real binary: a bad config exits at once
+// with a clear error; SIGTERM closes sockets with 1012 "reconnect" and
+// exits 0.
+func TestProcessShutdown(t *testing.T) {
+	p := newPipelineNoProcs(t)
+	bin := proctest.Build(t, "./producer-gw")
+	env := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t)})
+	var list []string
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+
+	bad := proctest.Start(t, "gw-bad", bin, append(list, "GATEWAY_MAX_IN_FLIGHT=0", "GATEWAY_JWT_HS256_SECRET=short")...)
+	waitExit(t, bad)
+	for _, want := range []string{"GATEWAY_MAX_IN_FLIGHT", "GATEWAY_JWT_HS256_SECRET"} {
+		if !bad.LogContains(want) {
+			t.Fatalf("bad config: log does not name %s", want)
+		}
+	}
+
+	gw := proctest.Start(t, "gw", bin, list...)
+	addr := env["GATEWAY_ADDR"]
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/v1/changes")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway process not listening: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c, _, err := dial(t, &testGW{addr: addr}, p.token("proc-u", "d1", time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("socket not closed after SIGTERM")
+	}
+	var ce websocket.CloseError
+	if !errors.As(c.closeErr(), &ce) || ce.Code != websocket.StatusServiceRestart || ce.Reason != "reconnect" {
+		t.Fatalf("close = %v, want 1012 reconnect", c.closeErr())
+	}
+	waitExit(t, gw)
+	if gw.LogContains("producer-gw:") {
+		t.Fatal("clean shutdown logged an error exit")
+	}
+}
+
+func waitExit(t *testing.T, p *proctest.Proc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for p.Running() {
+		if ctx.Err() != nil {
+			t.Fatalf("%s did not exit", p)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return fmt.Sprintf("127.0.0.1:%d", ln.Addr().(*net.TCPAddr).Port)
+}
