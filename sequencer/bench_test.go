@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/migrate"
+	"github.com/seqflow/seqflow/internal/stack"
+)
+
+// benchRecords is how many uplinks one benchmark run sequences
+// (SEQFLOW_BENCH_RECORDS overrides).
+func benchRecords() int {
+	if n, err := strconv.Atoi(os.Getenv("SEQFLOW_BENCH_RECORDS")); err == nil && n > 0 {
+		return n
+	}
+	return 200_000
+}
+
+// BenchmarkSequencer_Throughput measures uplink → committed sequenced
+// events per second of one in-process sequencer on the local stack (Kafka
+// transactions, PostgreSQL segments, acks=all; 1,000 sessions, 200-byte
+// bodies), next to the ceiling of the same box: a plain franz-go consume →
+// produce of the same records on the same broker, without transactions or
+// PostgreSQL. Both run in one go, so their ratio means something on a noisy
+// machine. One iteration is one full run:
+//
+//	go test -run XXX -bench BenchmarkSequencer_Throughput -benchtime 1x ./sequencer
+func BenchmarkSequencer_Throughput(b *testing.B) {
+	st := stack.Require(b, "kafka", "pg")
+	n := benchRecords()
+	const sessions, bodyBytes = 1000, 200
+	ctx := context.Background()
+	prefix := "b-" + uuid.NewString()[:8] + "."
+	topics := eventlog.Names(prefix)
+	ceiling := prefix + "ceiling"
+
+	cl, err := kgo.NewClient(append(eventlog.ClientOpts(st.KafkaBrokers, "seq-bench"), eventlog.ProducerOpts()...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	specs := append(eventlog.Specs(topics, eventlog.DefaultPartitions), eventlog.Spec{Name: ceiling, Partitions: eventlog.DefaultPartitions})
+	if err := eventlog.EnsureTopics(ctx, adm, specs, 0); err != nil {
+		b.Fatal(err)
+	}
+	defer adm.DeleteTopics(context.Background(), topics.Uplink, topics.Sequenced, topics.Duplicates, topics.Receipts, topics.Offline, topics.DeadLetter, ceiling) //nolint:errcheck
+	pool, err := pgxpool.New(ctx, st.PGURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := migrate.Up(ctx, pool, ""); err != nil {
+		b.Fatal(err)
+	}
+	pool.Close()
+
+	body := strings.Repeat("x", bodyBytes)
+	for i := 0; i < n; i++ {
+		s := fmt.Sprintf("%sbench-%04d", prefix, i%sessions)
+		cl.Produce(ctx, &kgo.Record{Topic: topics.Uplink, Key: []byte(s), Value: uplinkValue(s, fmt.Sprintf("m-%d", i), body)}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ceilRate := measure(b, adm, ceiling, n*(i+1), func(ctx context.Context) {
+			copyTopic(ctx, st.KafkaBrokers, topics.Uplink, ceiling, fmt.Sprintf("%sceil-%d", prefix, i))
+		})
+		seqRate := measure(b, adm, topics.Sequenced, n*(i+1), func(ctx context.Context) {
+			cfg, err := LoadConfig(config.FromMap(map[string]string{
+				"SEQFLOW_KAFKA_BROKERS": strings.Join(st.KafkaBrokers, ","), "SEQFLOW_PG_URL": st.PGURL,
+				"SEQFLOW_TOPIC_PREFIX": prefix, "SEQUENCER_GROUP": fmt.Sprintf("%sseq-%d", prefix, i),
+				"SEQUENCER_INSTANCE_ID": fmt.Sprintf("%sbench-%d", prefix, i), "SEQUENCER_ADMIN_ADDR": "",
+			}))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_ = New(cfg, slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))).Run(ctx)
+		})
+		b.ReportMetric(seqRate, "sequencer_msgs/s")
+		b.ReportMetric(ceilRate, "kafka_ceiling_msgs/s")
+		b.ReportMetric(seqRate/ceilRate, "ratio")
+	}
+}
+
+// measure runs work until topic's committed end offsets add up to want and
+// returns the rate between the first and the last record's arrival, so
+// start-up (group join, connections) is not counted.
+func measure(b *testing.B, adm *kadm.Client, topic string, want int, work func(context.Context)) float64 {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); work(ctx) }()
+	defer func() { cancel(); <-done }()
+	var first time.Time
+	var firstN int64
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		offs, err := adm.ListCommittedOffsets(ctx, topic)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var total int64
+		offs.Each(func(o kadm.ListedOffset) { total += o.Offset })
+		now := time.Now()
+		if total > 0 && first.IsZero() {
+			first, firstN = now, total
+		}
+		if total >= int64(want) {
+			return float64(total-firstN) / now.Sub(first).Seconds()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.Fatalf("%s did not reach %d records", topic, want)
+	return 0
+}
+
+// copyTopic is the ceiling: consume from → produce to, same keys and
+// partitions, acks=all, no transactions, no database.
+func copyTopic(ctx context.Context, brokers []string, from, to, group string) {
+	cl, err := kgo.NewClient(append(eventlog.ClientOpts(brokers, "seq-bench-ceiling"),
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics(from), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.Lz4Compression(), kgo.NoCompression()), kgo.ProducerLinger(0))...)
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	for ctx.Err() == nil {
+		fs := cl.PollRecords(ctx, 10_000)
+		fs.EachRecord(func(r *kgo.Record) {
+			cl.Produce(ctx, &kgo.Record{Topic: to, Partition: r.Partition, Key: r.Key, Value: r.Value}, nil)
+		})
+		if err := cl.Flush(ctx); err != nil {
+			return
+		}
+		_ = cl.CommitUncommittedOffsets(ctx)
+	}
+}
