@@ -1,7 +1,9 @@
 package apierr
 
 import (
+	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -48,5 +50,24 @@ func TestError(t *testing.T) {
 				t.Fatalf("Error() = %q", c.err.Error())
 			}
 		})
+	}
+}
+
+// TestProtocolDocListsEveryCode keeps docs/protocol.md's error table in
+// step with the registry.
+func TestProtocolDocListsEveryCode(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for num := range imv1.ErrorCode_name {
+		code := imv1.ErrorCode(num)
+		if code == imv1.ErrorCode_ERROR_CODE_UNSPECIFIED {
+			continue
+		}
+		row := fmt.Sprintf("| %d | `%s` | %d |", num, Name(code), registry[code].HTTPStatus)
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/protocol.md has no row starting %q", row)
+		}
 	}
 }
