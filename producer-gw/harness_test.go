@@ -33,7 +33,7 @@ const testSecret = "test-secret-test-secret-test-secret!"
 // pipeline is the real stack for protocol tests: topics under a fresh
 // prefix, and sequencer, persister and pusher running as processes.
 type pipeline struct {
-	t      *testing.T
+	t      testing.TB
 	st     stack.Stack
 	prefix string
 	topics eventlog.Topics
@@ -43,7 +43,7 @@ type pipeline struct {
 
 // newPipeline is newPipelineNoProcs plus the sequencer, persister and
 // pusher processes.
-func newPipeline(t *testing.T) *pipeline {
+func newPipeline(t testing.TB) *pipeline {
 	t.Helper()
 	p := newPipelineNoProcs(t)
 	p.startProcs()
@@ -51,7 +51,7 @@ func newPipeline(t *testing.T) *pipeline {
 }
 
 // newPipelineNoProcs makes the topics and migrations only.
-func newPipelineNoProcs(t *testing.T) *pipeline {
+func newPipelineNoProcs(t testing.TB) *pipeline {
 	t.Helper()
 	st := stack.Require(t, "kafka", "pg", "redis")
 	id := uuid.NewString()[:8]
@@ -96,12 +96,31 @@ func (p *pipeline) startProcs() {
 	seq := proctest.Build(t, "./sequencer")
 	per := proctest.Build(t, "./persister")
 	push := proctest.Build(t, "./pusher")
+	admins := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	proctest.Start(t, "sequencer", seq, append(common, "SEQUENCER_GROUP=gwt-seq-"+id, "SEQUENCER_INSTANCE_ID=gwt-"+id,
-		"SEQUENCER_ADMIN_ADDR=", "SEQUENCER_SESSION_TIMEOUT=6s")...)
+		"SEQUENCER_ADMIN_ADDR="+admins[0], "SEQUENCER_SESSION_TIMEOUT=6s")...)
 	proctest.Start(t, "persister", per, append(common, "PERSISTER_GROUP=gwt-per-"+id, "PERSISTER_INSTANCE_ID=gwt-"+id,
-		"PERSISTER_ADMIN_ADDR=", "PERSISTER_MIGRATE=false", "PERSISTER_SESSION_TIMEOUT=6s")...)
+		"PERSISTER_ADMIN_ADDR="+admins[1], "PERSISTER_MIGRATE=false", "PERSISTER_SESSION_TIMEOUT=6s")...)
 	proctest.Start(t, "pusher", push, append(common, "PUSHER_GROUP=gwt-push-"+id, "PUSHER_INSTANCE_ID=gwt-"+id,
-		"PUSHER_ADMIN_ADDR=", "PUSHER_RESET_OFFSET=start", "PUSHER_SESSION_TIMEOUT=6s")...)
+		"PUSHER_ADMIN_ADDR="+admins[2], "PUSHER_RESET_OFFSET=start", "PUSHER_SESSION_TIMEOUT=6s")...)
+	// Ready means partitions assigned: before that, the first commands
+	// would wait for a group join instead of testing the gateway.
+	deadline := time.Now().Add(90 * time.Second)
+	for i, a := range admins {
+		for {
+			resp, err := http.Get("http://" + a + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not ready within 90s: %v", []string{"sequencer", "persister", "pusher"}[i], err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
 
 func mintWith(t *testing.T, secret, user, device string) string {
@@ -149,7 +168,7 @@ func (p *pipeline) gateway(over map[string]string) *testGW {
 	return startGateway(p.t, p.env(over))
 }
 
-func startGateway(t *testing.T, env map[string]string) *testGW {
+func startGateway(t testing.TB, env map[string]string) *testGW {
 	t.Helper()
 	cfg, err := LoadConfig(config.FromMap(env))
 	if err != nil {
@@ -216,7 +235,7 @@ type frame struct {
 
 // client is a WebSocket client as any non-SDK client would write it.
 type client struct {
-	t       *testing.T
+	t       testing.TB
 	name    string
 	ws      *websocket.Conn
 	frames  chan frame
@@ -227,7 +246,7 @@ type client struct {
 	hello   frame
 }
 
-func dial(t *testing.T, gw *testGW, token string) (*client, *http.Response, error) {
+func dial(t testing.TB, gw *testGW, token string) (*client, *http.Response, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
