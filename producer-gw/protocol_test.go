@@ -642,6 +642,25 @@ func TestAuthAtConnect(t *testing.T) {
 			t.Fatalf("close status %v, want %d", st, closeTokenExpired)
 		}
 	})
+	t.Run("a client that answers no ping is closed with 4000", func(t *testing.T) {
+		quick := p.gateway(map[string]string{"GATEWAY_HEARTBEAT": "200ms", "GATEWAY_IDLE_TIMEOUT": "700ms"})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ws, _, err := websocket.Dial(ctx, "ws://"+quick.addr+"/v1/ws", &websocket.DialOptions{
+			HTTPHeader: http.Header{"Authorization": {"Bearer " + p.token("idle-u", "d1", time.Hour)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ws.CloseNow()
+		time.Sleep(1500 * time.Millisecond) // not reading: pings go unanswered
+		var closeErr error
+		for closeErr == nil {
+			_, _, closeErr = ws.Read(ctx)
+		}
+		if st := websocket.CloseStatus(closeErr); st != closeIdle {
+			t.Fatalf("close = %v, want %d idle_timeout", closeErr, closeIdle)
+		}
+	})
 	t.Run("dev login mints a working token", func(t *testing.T) {
 		resp, err := http.Post("http://"+gw.addr+"/v1/dev/login", "application/json", bytes.NewReader([]byte(`{"user_id":"dev-u","device_id":"dev-d"}`)))
 		if err != nil {

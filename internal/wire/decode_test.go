@@ -140,6 +140,9 @@ func FuzzDecode(f *testing.F) {
 	l := DefaultLimits
 	l.MaxFrameBytes = 4096
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if fa, err := DecodeAs(data, OpSend, l); err == nil && fa.Op != OpSend {
+			t.Fatalf("DecodeAs(send) accepted op %q", fa.Op)
+		}
 		fr, err := Decode(data, l)
 		if err != nil {
 			if _, ok := apierr.Lookup(err.Code); !ok || err.Code == imv1.ErrorCode_ERROR_CODE_UNSPECIFIED {
