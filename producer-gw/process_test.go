@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/proctest"
 )
 
@@ -66,6 +68,58 @@ func TestProcessShutdown(t *testing.T) {
 	waitExit(t, gw)
 	if gw.LogContains("producer-gw:") {
 		t.Fatal("clean shutdown logged an error exit")
+	}
+}
+
+// TestProcessCrashPresence kills the binary with SIGKILL: its connections
+// stay in Redis but vanish from presence lookups within GATEWAY_PRESENCE_TTL.
+func TestProcessCrashPresence(t *testing.T) {
+	p := newPipelineNoProcs(t)
+	bin := proctest.Build(t, "./producer-gw")
+	env := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t), "GATEWAY_PRESENCE_TTL": "3s"})
+	var list []string
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	gw := proctest.Start(t, "gw", bin, list...)
+	addr := env["GATEWAY_ADDR"]
+	var c *client
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var err error
+		if c, _, err = dial(t, &testGW{addr: addr}, p.token("crash-u", "d1", time.Hour)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway process not accepting: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{p.st.RedisAddr}})
+	defer rdb.Close()
+	ps := presence.New(rdb, 3*time.Second)
+	if got, err := ps.Lookup(context.Background(), []string{"crash-u"}); err != nil || len(got["crash-u"]) == 0 {
+		t.Fatalf("presence while connected: %+v, %v", got, err)
+	}
+	killed := time.Now()
+	gw.Kill()
+	<-c.done
+	for {
+		got, err := ps.Lookup(context.Background(), []string{"crash-u"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, pc := range got["crash-u"] {
+			found = found || pc.ConnID == c.hello.ConnID
+		}
+		if !found {
+			break
+		}
+		if time.Since(killed) > 3*time.Second+time.Second {
+			t.Fatalf("crashed gateway's connection still present %s after the kill", time.Since(killed))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

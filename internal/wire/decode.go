@@ -45,26 +45,13 @@ const (
 
 // Decode parses and validates one client frame. Errors are registry
 // errors: FRAME_TOO_LARGE, INVALID_UTF8, BAD_FRAME, then whatever Validate
-// finds.
+// finds (with the parsed frame, so a reply can carry its IDs).
 func Decode(data []byte, l Limits) (*ClientFrame, *apierr.Error) {
-	if len(data) > l.MaxFrameBytes {
-		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "frame is %d bytes, limit %d", len(data), l.MaxFrameBytes)
+	f, err := parse(data, l, "frame")
+	if err != nil {
+		return f, err
 	}
-	if !utf8.Valid(data) {
-		return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_UTF8, "frame is not valid UTF-8")
-	}
-	var f ClientFrame
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&f); err != nil {
-		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "frame is not a JSON object of the protocol: %v", err)
-	}
-	if dec.More() {
-		return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "trailing data after the JSON object")
-	}
-	if err := f.Validate(l); err != nil {
-		return &f, err
-	}
-	return &f, nil
+	return f, f.Validate(l)
 }
 
 // DecodeAs is Decode for an HTTP body whose op is named by the URL: the
@@ -73,26 +60,31 @@ func DecodeAs(data []byte, op string, l Limits) (*ClientFrame, *apierr.Error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		data = []byte("{}")
 	}
+	f, err := parse(data, l, "body")
+	if err != nil {
+		return f, err
+	}
+	if f.Op != "" && f.Op != op {
+		return f, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "body op %q does not match the URL's %q", clip(f.Op), op)
+	}
+	f.Op = op
+	return f, f.Validate(l)
+}
+
+func parse(data []byte, l Limits, what string) (*ClientFrame, *apierr.Error) {
 	if len(data) > l.MaxFrameBytes {
-		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "body is %d bytes, limit %d", len(data), l.MaxFrameBytes)
+		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "%s is %d bytes, limit %d", what, len(data), l.MaxFrameBytes)
 	}
 	if !utf8.Valid(data) {
-		return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_UTF8, "body is not valid UTF-8")
+		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_UTF8, "%s is not valid UTF-8", what)
 	}
 	var f ClientFrame
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&f); err != nil {
-		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "body is not a JSON object of the protocol: %v", err)
+		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "%s is not a JSON object of the protocol: %v", what, err)
 	}
 	if dec.More() {
-		return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "trailing data after the JSON object")
-	}
-	if f.Op != "" && f.Op != op {
-		return &f, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "body op %q does not match the URL's %q", clip(f.Op), op)
-	}
-	f.Op = op
-	if err := f.Validate(l); err != nil {
-		return &f, err
+		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "trailing data after the JSON %s", what)
 	}
 	return &f, nil
 }
