@@ -196,3 +196,9 @@ func DeliveryOf(r *imv1.DeliveryReceipt) (DeliveryCursor, error) {
 	}
 	return c, nil
 }
+
+// Key identifies an event: a session and a seq.
+type Key struct {
+	SessionID string
+	Seq       int64
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/eventlog"
+)
+
+// Config is the persister's configuration, read from the environment.
+type Config struct {
+	// Brokers: SEQFLOW_KAFKA_BROKERS, comma-separated (required).
+	Brokers []string
+	// PGURL: SEQFLOW_PG_URL (required).
+	PGURL string
+	// Topics: names under SEQFLOW_TOPIC_PREFIX, default no prefix.
+	Topics eventlog.Topics
+	// Group: PERSISTER_GROUP, the consumer group, default "seqflow-persister".
+	Group string
+	// InstanceID: PERSISTER_INSTANCE_ID, in the Kafka client ID and logs,
+	// default "<hostname>-<pid>".
+	InstanceID string
+	// Schema: PERSISTER_SCHEMA, the home schema of the store, default
+	// "public". Its store_pointer row, when set (seqflow replay -switch),
+	// names the schema actually written; see README.md.
+	Schema string
+	// Migrate: PERSISTER_MIGRATE, apply the embedded migrations to the home
+	// schema at start, default true.
+	Migrate bool
+	// BatchMax: PERSISTER_BATCH_MAX, records per write, default 5000.
+	BatchMax int
+	// BatchWait: PERSISTER_BATCH_WAIT, how long a batch waits to fill after
+	// its first record, default 20ms.
+	BatchWait time.Duration
+	// Writers: PERSISTER_WRITERS, database transactions run in parallel per
+	// batch (partition p goes to writer p mod Writers), default 2.
+	Writers int
+	// WriteTimeout: PERSISTER_WRITE_TIMEOUT, bound of one write attempt,
+	// default 30s.
+	WriteTimeout time.Duration
+	// RetryMin, RetryMax: PERSISTER_RETRY_MIN / PERSISTER_RETRY_MAX, the
+	// backoff between write or dead-letter attempts, default 100ms and 5s.
+	RetryMin, RetryMax time.Duration
+	// SessionTimeout: PERSISTER_SESSION_TIMEOUT, default 10s.
+	SessionTimeout time.Duration
+	// RebalanceTimeout: PERSISTER_REBALANCE_TIMEOUT, default 60s; a batch
+	// stuck retrying longer than this loses its partitions to another member.
+	RebalanceTimeout time.Duration
+	// AdminAddr: PERSISTER_ADMIN_ADDR for /metrics, /healthz, /readyz,
+	// default 127.0.0.1:9102; empty disables.
+	AdminAddr string
+	// CommitDelay: PERSISTER_DEBUG_COMMIT_DELAY, a pause between the database
+	// commit and the offset commit, default 0. Only for fault tests.
+	CommitDelay time.Duration
+}
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// LoadConfig reads Config from e.
+func LoadConfig(e *config.Env) (Config, error) {
+	host, _ := os.Hostname()
+	c := Config{
+		Brokers:          e.List("SEQFLOW_KAFKA_BROKERS", nil),
+		PGURL:            e.Required("SEQFLOW_PG_URL"),
+		Topics:           eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
+		Group:            e.String("PERSISTER_GROUP", "seqflow-persister"),
+		InstanceID:       e.String("PERSISTER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+		Schema:           e.String("PERSISTER_SCHEMA", "public"),
+		Migrate:          e.Bool("PERSISTER_MIGRATE", true),
+		BatchMax:         e.Int("PERSISTER_BATCH_MAX", 5000, 1, 100_000),
+		BatchWait:        e.Duration("PERSISTER_BATCH_WAIT", 20*time.Millisecond, 0, 10*time.Second),
+		Writers:          e.Int("PERSISTER_WRITERS", 2, 1, 64),
+		WriteTimeout:     e.Duration("PERSISTER_WRITE_TIMEOUT", 30*time.Second, time.Second, 10*time.Minute),
+		RetryMin:         e.Duration("PERSISTER_RETRY_MIN", 100*time.Millisecond, time.Millisecond, time.Minute),
+		RetryMax:         e.Duration("PERSISTER_RETRY_MAX", 5*time.Second, time.Millisecond, 10*time.Minute),
+		SessionTimeout:   e.Duration("PERSISTER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
+		RebalanceTimeout: e.Duration("PERSISTER_REBALANCE_TIMEOUT", 60*time.Second, time.Second, 30*time.Minute),
+		AdminAddr:        e.String("PERSISTER_ADMIN_ADDR", "127.0.0.1:9102"),
+		CommitDelay:      e.Duration("PERSISTER_DEBUG_COMMIT_DELAY", 0, 0, time.Minute),
+	}
+	if len(c.Brokers) == 0 {
+		e.Required("SEQFLOW_KAFKA_BROKERS")
+	}
+	err := e.Err()
+	if !schemaName.MatchString(c.Schema) {
+		err = joinErr(err, fmt.Errorf("PERSISTER_SCHEMA=%q: want a lower-case SQL identifier", c.Schema))
+	}
+	if c.RetryMin > c.RetryMax {
+		err = joinErr(err, fmt.Errorf("PERSISTER_RETRY_MIN %s is above PERSISTER_RETRY_MAX %s", c.RetryMin, c.RetryMax))
+	}
+	if err != nil {
+		return c, fmt.Errorf("persister config: %w", err)
+	}
+	return c, nil
+}
+
+func joinErr(a, b error) error {
+	if a == nil {
+		return b
+	}
+	return fmt.Errorf("%w\n%w", a, b)
+}

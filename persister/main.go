@@ -1,0 +1,32 @@
+// Command persister turns the sequenced log into the message store that
+// sync reads; its consumer group commits offsets only after idempotent
+// writes. See README.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/seqflow/seqflow/internal/config"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("service", "persister")
+	cfg, err := LoadConfig(config.FromOS())
+	if err == nil {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = New(cfg, log).Run(ctx)
+		stop()
+		if ctx.Err() != nil {
+			err = nil
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "persister:", err)
+		os.Exit(1)
+	}
+}

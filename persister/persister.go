@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/seqflow/seqflow/internal/admin"
+	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/migrate"
+	"github.com/seqflow/seqflow/internal/store"
+)
+
+const service = "persister"
+
+// Persister consumes im.sequenced.v1 and im.receipts.v1 (read committed)
+// into the message store. Each poll batch is written, per writer, in one
+// database transaction; dead letters are produced next; the group's offsets
+// are committed last, so a committed offset never passes a record whose
+// effect (row or dead letter) is not durable.
+type Persister struct {
+	cfg  Config
+	log  *slog.Logger
+	reg  *prometheus.Registry
+	m    *metrics
+	pool *pgxpool.Pool
+
+	mu      sync.Mutex
+	schema  string             // the schema being written
+	restart context.CancelFunc // ends the current schema's loop
+	ready   atomic.Bool
+}
+
+// New builds a persister; it connects to nothing until Run.
+func New(cfg Config, log *slog.Logger) *Persister {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return &Persister{cfg: cfg, log: log, reg: reg, m: newMetrics(reg)}
+}
+
+// Run persists until ctx ends and returns ctx.Err(). Database and Kafka
+// outages are waited out; a switch-over moves it to the new schema.
+func (p *Persister) Run(ctx context.Context) error {
+	pool, err := store.NewPool(ctx, p.cfg.PGURL, int32(p.cfg.Writers+3))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	p.pool = pool
+	if p.cfg.Migrate {
+		if _, err := migrate.Up(ctx, pool, p.cfg.Schema); err != nil {
+			return err
+		}
+	}
+	schema, err := store.Resolve(ctx, pool, p.cfg.Schema)
+	if err != nil {
+		return err
+	}
+	p.schema = schema
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return (&admin.Server{Addr: p.cfg.AdminAddr, Reg: p.reg, Ready: p.readyz}).Run(gctx)
+	})
+	g.Go(func() error { return store.Watch(gctx, pool, p.cfg.Schema, p.follow) })
+	g.Go(func() error {
+		for {
+			p.mu.Lock()
+			schema := p.schema
+			sctx, cancel := context.WithCancel(gctx)
+			p.restart = cancel
+			p.mu.Unlock()
+			p.log.Info("persisting", "schema", schema, "group", p.cfg.Group, "instance_id", p.cfg.InstanceID)
+			err := p.runSchema(sctx, schema)
+			cancel()
+			if gctx.Err() != nil {
+				return gctx.Err()
+			}
+			if errors.Is(err, errSwitched) || sctx.Err() != nil {
+				p.m.switches.Inc()
+				continue
+			}
+			p.log.Error("consumer failed; starting it again", "schema", schema, "err", err)
+			if !sleep(gctx, time.Second) {
+				return gctx.Err()
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// follow is called with the live schema at every switch-over notice.
+func (p *Persister) follow(schema string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if schema == p.schema {
+		return
+	}
+	p.log.Info("store switched; moving to the new schema", "from", p.schema, "to", schema)
+	p.schema = schema
+	if p.restart != nil {
+		p.restart()
+	}
+}
+
+func (p *Persister) readyz(ctx context.Context) error {
+	if err := p.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if !p.ready.Load() {
+		return errors.New("no partitions assigned yet")
+	}
+	return nil
+}
+
+// runSchema consumes into one schema until ctx ends.
+func (p *Persister) runSchema(ctx context.Context, schema string) error {
+	w := store.NewWriter(p.pool, schema)
+	t := p.cfg.Topics
+	opts := append(eventlog.ClientOpts(p.cfg.Brokers, "seqflow-persister-"+p.cfg.InstanceID), eventlog.ProducerOpts()...)
+	opts = append(opts,
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), // dead letters go to partition 0
+		kgo.ConsumerGroup(p.cfg.Group),
+		kgo.ConsumeTopics(t.Sequenced, t.Receipts),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.SessionTimeout(p.cfg.SessionTimeout),
+		kgo.RebalanceTimeout(p.cfg.RebalanceTimeout),
+		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.AdjustFetchOffsetsFn(func(actx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+			return p.resumeOffsets(actx, w, offs)
+		}),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			p.ready.Store(true)
+			p.log.Info("partitions assigned", "schema", schema, "sequenced", m[t.Sequenced], "receipts", m[t.Receipts])
+		}),
+		kgo.OnPartitionsRevoked(p.onRevoked),
+		kgo.OnPartitionsLost(p.onRevoked),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	// Leaving the group waits for a rebalance the poll loop may be blocking.
+	defer cl.AllowRebalance()
+	for {
+		recs, err := p.poll(ctx, cl)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			return err
+		}
+		if len(recs) > 0 {
+			if err := p.process(ctx, w, cl, recs); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return err
+			}
+		}
+		cl.AllowRebalance()
+	}
+}
+
+func (p *Persister) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	for topic, parts := range m {
+		for _, part := range parts {
+			p.m.lag.DeleteLabelValues(topic, strconv.Itoa(int(part)))
+		}
+		if len(parts) > 0 {
+			p.log.Info("partitions released", "topic", topic, "partitions", parts)
+		}
+	}
+}
+
+// resumeOffsets starts each assigned partition at the lower of the group's
+// committed offset and the schema's stored offset: the schema may be behind
+// the group (it was built by replay, or restored), and the group behind the
+// schema (a crash between the database commit and the offset commit, where
+// dead letters may not have been produced yet). Rewriting what is stored is
+// a no-op; a partition the schema never saw starts at offset 0.
+func (p *Persister) resumeOffsets(ctx context.Context, w *store.Writer, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	for topic, parts := range offs {
+		var stored map[int32]int64
+		err := retry(ctx, p.cfg.RetryMin, p.cfg.RetryMax, 10, func() error {
+			var err error
+			stored, err = w.StoredOffsets(ctx, topic)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for part, o := range parts {
+			at := stored[part] // 0 when the schema never saw the partition
+			if committed := o.EpochOffset().Offset; committed >= 0 && committed < at {
+				at = committed
+			}
+			parts[part] = kgo.NewOffset().At(at).WithEpoch(-1)
+			p.log.Info("resuming partition", "topic", topic, "partition", part, "offset", at,
+				"group_offset", o.EpochOffset().Offset, "stored_offset", stored[part])
+		}
+	}
+	return offs, nil
+}
+
+// poll returns up to BatchMax records: it waits for a first record, then
+// at most BatchWait for more.
+func (p *Persister) poll(ctx context.Context, cl *kgo.Client) ([]*kgo.Record, error) {
+	var recs []*kgo.Record
+	var deadline time.Time
+	for len(recs) < p.cfg.BatchMax {
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				break
+			}
+			pctx, cancel = context.WithTimeout(ctx, left)
+		}
+		fs := cl.PollRecords(pctx, p.cfg.BatchMax-len(recs))
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var fatal error
+		fs.EachError(func(topic string, part int32, err error) {
+			switch {
+			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+			case errors.Is(err, kgo.ErrClientClosed):
+				fatal = err
+			default:
+				p.log.Warn("fetch error", "topic", topic, "partition", part, "err", err)
+			}
+		})
+		if fatal != nil {
+			return nil, fatal
+		}
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if n := len(fp.Records); n > 0 {
+				recs = append(recs, fp.Records...)
+				lag := fp.HighWatermark - fp.Records[n-1].Offset - 1
+				p.m.lag.WithLabelValues(fp.Topic, strconv.Itoa(int(fp.Partition))).Set(float64(max(lag, 0)))
+			}
+		})
+		if len(recs) > 0 && deadline.IsZero() {
+			if p.cfg.BatchWait == 0 {
+				break
+			}
+			deadline = time.Now().Add(p.cfg.BatchWait)
+		}
+	}
+	return recs, nil
+}
+
+// retry runs f until it succeeds, ctx ends, or (tries > 0) it failed tries
+// times, sleeping with exponential backoff between attempts.
+func retry(ctx context.Context, lo, hi time.Duration, tries int, f func() error) error {
+	wait := lo
+	for n := 1; ; n++ {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if tries > 0 && n >= tries {
+			return err
+		}
+		if !sleep(ctx, wait) {
+			return ctx.Err()
+		}
+		wait = min(2*wait, hi)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
