@@ -236,7 +236,11 @@ func (g *Gateway) readyz(ctx context.Context) error {
 // drain is the shutdown order: refuse new work, stop accepting, wait for
 // in-flight commands, flush the producer, close sockets with "reconnect".
 func (g *Gateway) drain(srv *http.Server) {
+	// Under mu: every beginCommand and register either saw draining or
+	// finished its Add before the Waits below.
+	g.mu.Lock()
 	g.draining.Store(true)
+	g.mu.Unlock()
 	deadline := time.Now().Add(g.cfg.ShutdownTimeout)
 	shut, cancel := context.WithDeadline(context.Background(), deadline.Add(2*time.Second))
 	defer cancel()

@@ -15,6 +15,8 @@ import (
 
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/proctest"
+	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 // TestProcessShutdown runs the real binary: a bad config exits at once
@@ -143,4 +145,35 @@ func freeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return fmt.Sprintf("127.0.0.1:%d", ln.Addr().(*net.TCPAddr).Port)
+}
+
+// TestShutdownAnswersInFlight: a send waiting for its seq when shutdown
+// starts is answered (here "accepted": no sequencer runs) before the
+// socket closes with 1012, and a command after the drain began is refused
+// with shutting_down.
+func TestShutdownAnswersInFlight(t *testing.T) {
+	p := newPipelineNoProcs(t)
+	gw := p.gateway(map[string]string{"GATEWAY_ACK_WAIT": "2s", "GATEWAY_SHUTDOWN_TIMEOUT": "10s"})
+	alice := user("alice")
+	// No persister runs: tell the gateway about the membership the way a
+	// pushed session_create would.
+	gw.g.members.observe(&imv1.SequencedEvent{SessionId: "g-drain", Seq: 1, SenderUserId: alice,
+		Payload: &imv1.SequencedEvent_SessionCreate{SessionCreate: &imv1.SessionCreate{Kind: imv1.SessionKind_SESSION_KIND_GROUP}}})
+	c := p.connect(gw, alice, "phone")
+	id := newID()
+	c.send(sendFrame("g-drain", id, "in flight at shutdown"))
+	time.Sleep(300 * time.Millisecond) // the gateway has read it; no seq can come
+	stopped := make(chan error, 1)
+	go func() { stopped <- gw.stop() }()
+	ack := c.ackOf(id)
+	if ack.Op != wire.OpAck || ack.Status != wire.StatusAccepted {
+		t.Fatalf("in-flight send answered %+v, want accepted", ack)
+	}
+	<-c.done
+	if st := websocket.CloseStatus(c.closeErr()); st != websocket.StatusServiceRestart {
+		t.Fatalf("close %v after the answer, want 1012", c.closeErr())
+	}
+	if err := <-stopped; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
 }
