@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/eventlog"
+)
+
+// Config is the pusher's configuration, read from the environment.
+type Config struct {
+	// Brokers: SEQFLOW_KAFKA_BROKERS, comma-separated (required).
+	Brokers []string
+	// RedisAddrs: SEQFLOW_REDIS_ADDR, comma-separated; several addresses
+	// mean a Redis Cluster (required). Presence is read here, and the redis
+	// transport publishes here.
+	RedisAddrs []string
+	// Topics: names under SEQFLOW_TOPIC_PREFIX, default no prefix.
+	Topics eventlog.Topics
+	// Group: PUSHER_GROUP, the consumer group, default "seqflow-pusher".
+	Group string
+	// InstanceID: PUSHER_INSTANCE_ID, names the Kafka client, default
+	// "<hostname>-<pid>".
+	InstanceID string
+	// AdminAddr: PUSHER_ADMIN_ADDR for /metrics, /healthz, /readyz, default
+	// 127.0.0.1:9104; "off" disables it (an empty value means the default),
+	// port 0 picks a free port.
+	AdminAddr string
+	// Transport: PUSHER_TRANSPORT, how batches reach gateways: "redis"
+	// (sharded pub/sub, the default) or "tcp" (a direct stream to the
+	// gateway's registered address). See README.md for the measurement.
+	Transport string
+	// ResetOffset: PUSHER_RESET_OFFSET, where a group with no committed
+	// offset starts: "end" (the default: a new pusher does not push
+	// history) or "start" (tests on fresh topics).
+	ResetOffset string
+	// SendTimeout: PUSHER_SEND_TIMEOUT, the longest one batch may take to
+	// hand to the transport before it is dropped, default 500ms.
+	SendTimeout time.Duration
+	// QueueDepth: PUSHER_GATEWAY_QUEUE, batches waiting per gateway; when a
+	// gateway's queue is full, new batches for it are dropped, default 64.
+	QueueDepth int
+	// LaneIdle: PUSHER_GATEWAY_IDLE, how long a gateway's sender goroutine
+	// lives without batches, default 2m.
+	LaneIdle time.Duration
+	// MaxPollRecords: PUSHER_MAX_POLL_RECORDS per poll batch, default 5000.
+	MaxPollRecords int
+	// MaxInflightPolls: PUSHER_MAX_INFLIGHT_POLLS, poll batches handed to
+	// gateways but not yet committed; polling waits beyond it, default 16.
+	MaxInflightPolls int
+	// PresenceTimeout: PUSHER_PRESENCE_TIMEOUT for one poll's presence
+	// lookup; past it the poll's pushes are dropped, default 1s.
+	PresenceTimeout time.Duration
+	// PresenceChunk: PUSHER_PRESENCE_CHUNK, users per presence pipeline,
+	// default 1000; chunks run 4 at a time.
+	PresenceChunk int
+	// Offline: PUSHER_OFFLINE_NOTIFY, publish OfflineNotifications to
+	// im.offline.v1 for members with no online device, default true.
+	Offline bool
+	// OfflineMaxMembers: PUSHER_OFFLINE_MAX_MEMBERS, sessions with more
+	// members than this get no offline notifications (a mobile-push worker
+	// would serve them by topic subscription instead), default 0: no limit.
+	OfflineMaxMembers int
+	// CommitInterval: PUSHER_COMMIT_INTERVAL, how often handed-off offsets
+	// are committed, default 1s. It bounds the window re-pushed after a
+	// crash.
+	CommitInterval time.Duration
+	// ShutdownTimeout: PUSHER_SHUTDOWN_TIMEOUT, how long shutdown and a
+	// rebalance wait for handed-off batches before committing, default 5s.
+	ShutdownTimeout time.Duration
+	// SessionTimeout: PUSHER_SESSION_TIMEOUT, default 10s.
+	SessionTimeout time.Duration
+	// RebalanceTimeout: PUSHER_REBALANCE_TIMEOUT, default 30s; it must
+	// cover the membership replay of newly assigned partitions.
+	RebalanceTimeout time.Duration
+}
+
+// LoadConfig reads Config from e.
+func LoadConfig(e *config.Env) (Config, error) {
+	host, _ := os.Hostname()
+	c := Config{
+		Brokers:           e.List("SEQFLOW_KAFKA_BROKERS", nil),
+		RedisAddrs:        e.List("SEQFLOW_REDIS_ADDR", nil),
+		Topics:            eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
+		Group:             e.String("PUSHER_GROUP", "seqflow-pusher"),
+		InstanceID:        e.String("PUSHER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+		AdminAddr:         e.String("PUSHER_ADMIN_ADDR", "127.0.0.1:9104"),
+		Transport:         e.String("PUSHER_TRANSPORT", "redis"),
+		ResetOffset:       e.String("PUSHER_RESET_OFFSET", "end"),
+		SendTimeout:       e.Duration("PUSHER_SEND_TIMEOUT", 500*time.Millisecond, time.Millisecond, time.Minute),
+		QueueDepth:        e.Int("PUSHER_GATEWAY_QUEUE", 64, 1, 1<<16),
+		LaneIdle:          e.Duration("PUSHER_GATEWAY_IDLE", 2*time.Minute, time.Second, 24*time.Hour),
+		MaxPollRecords:    e.Int("PUSHER_MAX_POLL_RECORDS", 5000, 1, 1_000_000),
+		MaxInflightPolls:  e.Int("PUSHER_MAX_INFLIGHT_POLLS", 16, 1, 1024),
+		PresenceTimeout:   e.Duration("PUSHER_PRESENCE_TIMEOUT", time.Second, time.Millisecond, time.Minute),
+		PresenceChunk:     e.Int("PUSHER_PRESENCE_CHUNK", 1000, 1, 100_000),
+		Offline:           e.Bool("PUSHER_OFFLINE_NOTIFY", true),
+		OfflineMaxMembers: e.Int("PUSHER_OFFLINE_MAX_MEMBERS", 0, 0, 1<<30),
+		CommitInterval:    e.Duration("PUSHER_COMMIT_INTERVAL", time.Second, 10*time.Millisecond, time.Minute),
+		ShutdownTimeout:   e.Duration("PUSHER_SHUTDOWN_TIMEOUT", 5*time.Second, 0, 5*time.Minute),
+		SessionTimeout:    e.Duration("PUSHER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
+		RebalanceTimeout:  e.Duration("PUSHER_REBALANCE_TIMEOUT", 30*time.Second, time.Second, 30*time.Minute),
+	}
+	if len(c.Brokers) == 0 {
+		e.Required("SEQFLOW_KAFKA_BROKERS")
+	}
+	if len(c.RedisAddrs) == 0 {
+		e.Required("SEQFLOW_REDIS_ADDR")
+	}
+	if c.AdminAddr == "off" {
+		c.AdminAddr = ""
+	}
+	var bad error
+	switch c.Transport {
+	case "redis", "tcp":
+	default:
+		bad = fmt.Errorf("PUSHER_TRANSPORT=%q: want redis or tcp", c.Transport)
+	}
+	if c.ResetOffset != "end" && c.ResetOffset != "start" {
+		bad = errors.Join(bad, fmt.Errorf("PUSHER_RESET_OFFSET=%q: want end or start", c.ResetOffset))
+	}
+	if err := errors.Join(e.Err(), bad); err != nil {
+		return c, fmt.Errorf("pusher config: %w", err)
+	}
+	return c, nil
+}

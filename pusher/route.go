@@ -1,0 +1,166 @@
+package main
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/seqflow/seqflow/internal/presence"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// routed is one sequenced event with the users it is for.
+type routed struct {
+	ev          *imv1.SequencedEvent
+	recipients  []string // members as of the event, and the sender, each once
+	traceparent string
+}
+
+// plan is what one poll batch sends: one batch per gateway, and the
+// offline notifications of members with no online device.
+type plan struct {
+	batches map[string]*imv1.PushBatch
+	offline []offlineNote
+	// per event, for the fan-out histograms
+	fanout []fanout
+}
+
+type offlineNote struct {
+	n           *imv1.OfflineNotification
+	traceparent string
+}
+
+type fanout struct{ members, conns, gateways int }
+
+// planOpts are the routing settings.
+type planOpts struct {
+	offline           bool
+	offlineMaxMembers int // 0: no limit
+}
+
+// buildPlan routes a poll batch's events and duplicate ACKs to the online
+// connections in online (user → connections). Work per event is one map
+// probe per recipient plus one append per online connection: it grows with
+// the online members, never with members × gateways. Within each gateway's
+// batch, items keep the order of the log.
+func buildPlan(events []routed, dups []*imv1.DuplicateAck, online map[string][]presence.Conn, o planOpts) (plan, int) {
+	pl := plan{batches: map[string]*imv1.PushBatch{}, fanout: make([]fanout, 0, len(events))}
+	skippedLarge := 0
+	cur := map[string]*imv1.PushItem{}
+	var order []string
+	add := func(gw string, it *imv1.PushItem) {
+		b := pl.batches[gw]
+		if b == nil {
+			b = &imv1.PushBatch{GatewayId: gw}
+			pl.batches[gw] = b
+		}
+		b.Items = append(b.Items, it)
+	}
+	for _, r := range events {
+		clear(cur)
+		order = order[:0]
+		conns := 0
+		msg := r.ev.GetMessage()
+		notify := o.offline && msg != nil
+		if notify && o.offlineMaxMembers > 0 && len(r.recipients) > o.offlineMaxMembers {
+			notify = false
+			skippedLarge++
+		}
+		for _, u := range r.recipients {
+			cs := online[u]
+			if len(cs) == 0 {
+				if notify && u != r.ev.SenderUserId {
+					pl.offline = append(pl.offline, offlineNote{n: offlineNotification(u, r.ev, msg), traceparent: r.traceparent})
+				}
+				continue
+			}
+			for _, c := range cs {
+				it := cur[c.GatewayID]
+				if it == nil {
+					it = &imv1.PushItem{Item: &imv1.PushItem_Event{Event: r.ev}}
+					cur[c.GatewayID] = it
+					order = append(order, c.GatewayID)
+				}
+				it.Recipients = append(it.Recipients, &imv1.Recipient{UserId: c.UserID, DeviceId: c.DeviceID, ConnId: c.ConnID})
+				conns++
+			}
+		}
+		for _, gw := range order {
+			add(gw, cur[gw])
+		}
+		pl.fanout = append(pl.fanout, fanout{members: len(r.recipients), conns: conns, gateways: len(order)})
+	}
+	for _, d := range dups {
+		clear(cur)
+		order = order[:0]
+		for _, c := range online[d.SenderUserId] {
+			if d.SenderDeviceId != "" && c.DeviceID != d.SenderDeviceId {
+				continue
+			}
+			it := cur[c.GatewayID]
+			if it == nil {
+				it = &imv1.PushItem{Item: &imv1.PushItem_Duplicate{Duplicate: d}}
+				cur[c.GatewayID] = it
+				order = append(order, c.GatewayID)
+			}
+			it.Recipients = append(it.Recipients, &imv1.Recipient{UserId: c.UserID, DeviceId: c.DeviceID, ConnId: c.ConnID})
+		}
+		for _, gw := range order {
+			add(gw, cur[gw])
+		}
+	}
+	return pl, skippedLarge
+}
+
+// users returns every user whose presence the poll batch needs, once each.
+func users(events []routed, dups []*imv1.DuplicateAck) []string {
+	seen := map[string]struct{}{}
+	var out []string
+	put := func(u string) {
+		if _, ok := seen[u]; !ok {
+			seen[u] = struct{}{}
+			out = append(out, u)
+		}
+	}
+	for _, r := range events {
+		for _, u := range r.recipients {
+			put(u)
+		}
+	}
+	for _, d := range dups {
+		put(d.SenderUserId)
+	}
+	return out
+}
+
+// maxPreviewBytes bounds OfflineNotification.preview.
+const maxPreviewBytes = 120
+
+func offlineNotification(recipient string, ev *imv1.SequencedEvent, m *imv1.MessageContent) *imv1.OfflineNotification {
+	return &imv1.OfflineNotification{
+		RecipientUserId: recipient, SessionId: ev.SessionId, Seq: ev.Seq, MsgId: ev.MsgId,
+		SenderUserId: ev.SenderUserId, Preview: preview(m), ServerTsMs: ev.ServerTsMs,
+	}
+}
+
+// preview is the notification text of a message: the body of a "text"
+// message, otherwise "[type]", as valid UTF-8 of at most maxPreviewBytes,
+// cut on a character boundary.
+func preview(m *imv1.MessageContent) string {
+	s := "[" + m.GetType() + "]"
+	if m.GetType() == "text" {
+		s = string(m.GetBody())
+	}
+	return cutUTF8(strings.ToValidUTF8(s, "\uFFFD"), maxPreviewBytes)
+}
+
+// cutUTF8 returns the longest prefix of the valid UTF-8 string s that has at
+// most n bytes and ends on a character boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

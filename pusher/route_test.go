@@ -1,0 +1,243 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/seqflow/seqflow/internal/presence"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+func textEv(session string, seq int64, sender, body string) *imv1.SequencedEvent {
+	return &imv1.SequencedEvent{SessionId: session, Seq: seq, MsgId: 100 + seq, SenderUserId: sender, ServerTsMs: 5,
+		Payload: &imv1.SequencedEvent_Message{Message: &imv1.MessageContent{Type: "text", Body: []byte(body)}}}
+}
+
+func conn(user, dev, gw string) presence.Conn {
+	return presence.Conn{UserID: user, DeviceID: dev, ConnID: user + "/" + dev, GatewayID: gw}
+}
+
+// recipientsOf lists "gateway:conn" for every recipient of seq in pl.
+func recipientsOf(pl plan, seq int64) []string {
+	var out []string
+	for gw, b := range pl.batches {
+		for _, it := range b.Items {
+			if it.GetEvent().GetSeq() == seq || it.GetDuplicate().GetSeq() == seq {
+				for _, r := range it.Recipients {
+					out = append(out, gw+":"+r.ConnId)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func offlineOf(pl plan) []string {
+	var out []string
+	for _, n := range pl.offline {
+		out = append(out, fmt.Sprintf("%s@%d", n.n.RecipientUserId, n.n.Seq))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestBuildPlan(t *testing.T) {
+	online := map[string][]presence.Conn{
+		"alice": {conn("alice", "phone", "gw-a"), conn("alice", "laptop", "gw-b")},
+		"bob":   {conn("bob", "phone", "gw-b")},
+	}
+	cases := []struct {
+		name        string
+		events      []routed
+		dups        []*imv1.DuplicateAck
+		opts        planOpts
+		seq         int64
+		want        []string
+		wantOffline []string
+		wantBatches int
+	}{
+		{
+			name:        "online recipients, the sender's own devices included",
+			events:      []routed{{ev: textEv("s", 1, "alice", "hi"), recipients: []string{"alice", "bob"}}},
+			opts:        planOpts{offline: true},
+			seq:         1,
+			want:        []string{"gw-a:alice/phone", "gw-b:alice/laptop", "gw-b:bob/phone"},
+			wantBatches: 2,
+		},
+		{
+			name:        "offline recipients get a notification, not a push",
+			events:      []routed{{ev: textEv("s", 2, "alice", "hi"), recipients: []string{"alice", "carol", "dave"}}},
+			opts:        planOpts{offline: true},
+			seq:         2,
+			want:        []string{"gw-a:alice/phone", "gw-b:alice/laptop"},
+			wantOffline: []string{"carol@2", "dave@2"},
+			wantBatches: 2,
+		},
+		{
+			name:        "an offline sender is not notified of its own message",
+			events:      []routed{{ev: textEv("s", 3, "carol", "hi"), recipients: []string{"carol", "bob"}}},
+			opts:        planOpts{offline: true},
+			seq:         3,
+			want:        []string{"gw-b:bob/phone"},
+			wantBatches: 1,
+		},
+		{
+			name: "membership events push but never notify offline users",
+			events: []routed{{ev: &imv1.SequencedEvent{SessionId: "s", Seq: 4, SenderUserId: "alice",
+				Payload: &imv1.SequencedEvent_Membership{Membership: &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: []string{"carol"}}}},
+				recipients: []string{"alice", "carol"}}},
+			opts:        planOpts{offline: true},
+			seq:         4,
+			want:        []string{"gw-a:alice/phone", "gw-b:alice/laptop"},
+			wantBatches: 2,
+		},
+		{
+			name:        "offline notifications off",
+			events:      []routed{{ev: textEv("s", 5, "alice", "hi"), recipients: []string{"alice", "carol"}}},
+			opts:        planOpts{offline: false},
+			seq:         5,
+			want:        []string{"gw-a:alice/phone", "gw-b:alice/laptop"},
+			wantBatches: 2,
+		},
+		{
+			name:        "sessions over the offline limit are not notified",
+			events:      []routed{{ev: textEv("s", 6, "alice", "hi"), recipients: []string{"alice", "carol", "dave"}}},
+			opts:        planOpts{offline: true, offlineMaxMembers: 2},
+			seq:         6,
+			want:        []string{"gw-a:alice/phone", "gw-b:alice/laptop"},
+			wantBatches: 2,
+		},
+		{
+			name:        "duplicate ACK goes to the sending device only",
+			dups:        []*imv1.DuplicateAck{{SessionId: "s", Seq: 7, SenderUserId: "alice", SenderDeviceId: "laptop", GatewayId: "gw-b"}},
+			seq:         7,
+			want:        []string{"gw-b:alice/laptop"},
+			wantBatches: 1,
+		},
+		{
+			name:        "duplicate ACK without a device goes to all the sender's devices",
+			dups:        []*imv1.DuplicateAck{{SessionId: "s", Seq: 8, SenderUserId: "alice"}},
+			seq:         8,
+			want:        []string{"gw-a:alice/phone", "gw-b:alice/laptop"},
+			wantBatches: 2,
+		},
+		{
+			name:        "duplicate ACK of a disconnected sender goes nowhere",
+			dups:        []*imv1.DuplicateAck{{SessionId: "s", Seq: 9, SenderUserId: "carol", SenderDeviceId: "phone"}},
+			seq:         9,
+			wantBatches: 0,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pl, _ := buildPlan(c.events, c.dups, online, c.opts)
+			if got := recipientsOf(pl, c.seq); !slices.Equal(got, c.want) {
+				t.Fatalf("recipients %v, want %v", got, c.want)
+			}
+			if got := offlineOf(pl); !slices.Equal(got, c.wantOffline) {
+				t.Fatalf("offline %v, want %v", got, c.wantOffline)
+			}
+			if len(pl.batches) != c.wantBatches {
+				t.Fatalf("%d batches, want %d", len(pl.batches), c.wantBatches)
+			}
+			for gw, b := range pl.batches {
+				if b.GatewayId != gw {
+					t.Fatalf("batch under %s addressed to %s", gw, b.GatewayId)
+				}
+			}
+		})
+	}
+}
+
+// TestBuildPlanOneBatchPerGatewayInLogOrder: a poll's events for one
+// gateway travel in one batch, in the order of the log.
+func TestBuildPlanOneBatchPerGatewayInLogOrder(t *testing.T) {
+	online := map[string][]presence.Conn{"bob": {conn("bob", "phone", "gw-b")}}
+	var evs []routed
+	for seq := int64(1); seq <= 50; seq++ {
+		evs = append(evs, routed{ev: textEv("s", seq, "alice", "m"), recipients: []string{"alice", "bob"}})
+	}
+	pl, _ := buildPlan(evs, nil, online, planOpts{})
+	if len(pl.batches) != 1 || len(pl.batches["gw-b"].Items) != 50 {
+		t.Fatalf("want one batch of 50 items for gw-b, got %d batches", len(pl.batches))
+	}
+	for i, it := range pl.batches["gw-b"].Items {
+		if it.GetEvent().Seq != int64(i+1) {
+			t.Fatalf("item %d has seq %d", i, it.GetEvent().Seq)
+		}
+	}
+}
+
+// TestBuildPlanLargeGroup: 10,000 members, 300 online on 3 gateways: one
+// item per gateway whose recipients are exactly the online members there.
+func TestBuildPlanLargeGroup(t *testing.T) {
+	members := make([]string, 10_000)
+	online := map[string][]presence.Conn{}
+	for i := range members {
+		members[i] = fmt.Sprintf("u%05d", i)
+		if i%100 == 0 || i%100 == 1 || i%100 == 2 {
+			online[members[i]] = []presence.Conn{conn(members[i], "d", fmt.Sprintf("gw-%d", i%3))}
+		}
+	}
+	pl, _ := buildPlan([]routed{{ev: textEv("big", 1, members[0], "hello"), recipients: members}}, nil, online, planOpts{offline: true})
+	if len(pl.batches) != 3 {
+		t.Fatalf("%d batches, want 3", len(pl.batches))
+	}
+	total := 0
+	for _, b := range pl.batches {
+		if len(b.Items) != 1 {
+			t.Fatalf("gateway %s has %d items, want 1", b.GatewayId, len(b.Items))
+		}
+		total += len(b.Items[0].Recipients)
+	}
+	if total != 300 || len(pl.offline) != 9_700 {
+		t.Fatalf("%d online recipients and %d offline notifications, want 300 and 9700", total, len(pl.offline))
+	}
+	if f := pl.fanout[0]; f.members != 10_000 || f.conns != 300 || f.gateways != 3 {
+		t.Fatalf("fanout %+v", f)
+	}
+}
+
+func TestPreview(t *testing.T) {
+	long := strings.Repeat("é", 100) // 200 bytes
+	cases := []struct {
+		name string
+		m    *imv1.MessageContent
+		want string
+	}{
+		{"short text", &imv1.MessageContent{Type: "text", Body: []byte("hello")}, "hello"},
+		{"cut on a character boundary", &imv1.MessageContent{Type: "text", Body: []byte(long)}, strings.Repeat("é", 60)},
+		{"cut inside a 4-byte rune", &imv1.MessageContent{Type: "text", Body: []byte(strings.Repeat("a", 118) + "😀")}, strings.Repeat("a", 118)},
+		{"invalid UTF-8 is replaced", &imv1.MessageContent{Type: "text", Body: []byte{'h', 0xff, 'i'}}, "h\uFFFDi"},
+		{"non-text names the type", &imv1.MessageContent{Type: "image", Body: []byte{1, 2, 3}}, "[image]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := preview(c.m)
+			if got != c.want || len(got) > maxPreviewBytes || !utf8.ValidString(got) {
+				t.Fatalf("preview = %q (%d bytes), want %q", got, len(got), c.want)
+			}
+		})
+	}
+}
+
+// FuzzPreview: message bodies come from clients; the preview must always
+// be valid UTF-8 within the limit, and a prefix of the sanitized body.
+func FuzzPreview(f *testing.F) {
+	f.Add([]byte("hello"))
+	f.Add([]byte(strings.Repeat("é", 100)))
+	f.Add([]byte{0xf0, 0x9f, 0x98})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got := preview(&imv1.MessageContent{Type: "text", Body: body})
+		if len(got) > maxPreviewBytes || !utf8.ValidString(got) {
+			t.Fatalf("preview %q: %d bytes, valid=%v", got, len(got), utf8.ValidString(got))
+		}
+		if !strings.HasPrefix(strings.ToValidUTF8(string(body), "\uFFFD"), got) {
+			t.Fatalf("preview %q is not a prefix of the body", got)
+		}
+	})
+}
