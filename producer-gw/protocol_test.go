@@ -328,6 +328,30 @@ func TestProtocol(t *testing.T) {
 		}
 	})
 
+	t.Run("an added member receives from the add on and can send at once", func(t *testing.T) {
+		p.t = t
+		alice, dave := user("alice"), user("dave")
+		a := p.connect(gw, alice, "phone")
+		d := p.connect(gw, dave, "phone")
+		sid, _ := createGroup(a)
+		before := newID()
+		a.send(sendFrame(sid, before, "before dave"))
+		beforeSeq := a.mustAckOK(before).Seq
+		add := newID()
+		a.send(map[string]any{"op": "members", "client_msg_id": add, "session_id": sid, "action": "add", "user_ids": []string{dave}})
+		addSeq := a.mustAckOK(add).Seq
+		if ev := d.eventOf(sid, addSeq); ev.Event.Action != wire.ActionAdd || len(ev.Event.UserIDs) != 1 || ev.Event.UserIDs[0] != dave {
+			t.Fatalf("add event %+v", ev.Event)
+		}
+		if f, ok := d.expectWithin(200*time.Millisecond, "no earlier event", func(f frame) bool { return f.Op == wire.OpEvent && f.Event.Seq == beforeSeq }); ok {
+			t.Fatalf("added member was pushed an event from before the add: %+v", f.Event)
+		}
+		// No waiting for the persister: the add event told the gateway.
+		hi := newID()
+		d.send(sendFrame(sid, hi, "hi, I'm new"))
+		a.eventOf(sid, d.mustAckOK(hi).Seq)
+	})
+
 	t.Run("a gateway that saw no removal refuses the removed user within the stated bound", func(t *testing.T) {
 		p.t = t
 		// The bound: the persister's lag plus GATEWAY_MEMBER_CACHE_TTL.
