@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqflow/seqflow/internal/presence"
@@ -175,5 +176,52 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 	}
 	if err := <-stopped; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
+	}
+}
+
+// TestSlowConsumerIsClosed: a client that stops reading does not hold
+// the gateway's pushes; its connection is closed once its queue is full.
+// Batches are handed to the gateway's transport handler directly.
+func TestSlowConsumerIsClosed(t *testing.T) {
+	p := newPipelineNoProcs(t)
+	gw := p.gateway(map[string]string{"GATEWAY_CONN_QUEUE": "8", "GATEWAY_WRITE_TIMEOUT": "2s"})
+	bob := user("bob")
+	c := p.connect(gw, bob, "phone")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for ctx.Err() == nil && gw.g.conn(c.hello.ConnID) == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	body := make([]byte, 16<<10)
+	for i := range body {
+		body[i] = 'x'
+	}
+	// The test client's reader stops taking frames once its buffer of
+	// 1024 is full; 4000 events of 16 KiB overflow every buffer on the way.
+	for seq := int64(1); seq <= 4000 && gw.g.conn(c.hello.ConnID) != nil; seq++ {
+		gw.g.onBatch(&imv1.PushBatch{GatewayId: gw.g.cfg.GatewayID, Items: []*imv1.PushItem{{
+			Recipients: []*imv1.Recipient{{UserId: bob, DeviceId: "phone", ConnId: c.hello.ConnID}},
+			Item: &imv1.PushItem_Event{Event: &imv1.SequencedEvent{SessionId: "g-slow", Seq: seq, MsgId: seq, SenderUserId: "alice",
+				Payload: &imv1.SequencedEvent_Message{Message: &imv1.MessageContent{Type: "text", Body: body}}}},
+		}}})
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for gw.g.conn(c.hello.ConnID) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a client that stopped reading is still connected")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The close is counted after presence is removed, just after unregister.
+	for {
+		var m dto.Metric
+		_ = gw.g.m.closes.WithLabelValues("slow_consumer").Write(&m)
+		if m.GetCounter().GetValue() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slow_consumer closes = %v, want 1", m.GetCounter().GetValue())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
