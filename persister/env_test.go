@@ -157,7 +157,7 @@ func (e *env) waitStoreEqualsLog(t *testing.T, want int, timeout time.Duration) 
 	defer cancel()
 	var rep *audit.Report
 	for {
-		l, err := audit.ReadLog(ctx, e.st.KafkaBrokers, e.topics.Sequenced)
+		l, err := audit.ReadLog(ctx, e.st.KafkaBrokers, e.topics.Sequenced, nil)
 		if err == nil {
 			rep, err = audit.Compare(ctx, e.pool, e.schema, l)
 		}

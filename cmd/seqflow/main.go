@@ -26,6 +26,8 @@ var commands = map[string]command{
 	"setup":  {"create topics and apply PostgreSQL migrations (idempotent)", runSetup},
 	"uplink": {"publish raw uplinks to im.uplink.v1, as a gateway would", runUplink},
 	"tap":    {"print committed events of a topic as JSON lines", runTap},
+	"replay": {"rebuild the message store from the log into a fresh schema, verify, optionally switch", runReplay},
+	"verify": {"audit the message store against the log; exit status 1 when they differ", runVerify},
 	"token":  {"mint a development bearer token for producer-gw", runToken},
 }
 

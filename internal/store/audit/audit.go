@@ -123,20 +123,27 @@ func Scan(ctx context.Context, brokers []string, topic string, end map[int32]int
 	return nil
 }
 
-// ReadLog reads the committed events of a sequenced topic up to its current
-// stable offsets.
-func ReadLog(ctx context.Context, brokers []string, topic string) (*Log, error) {
+// CurrentEnds returns Ends of topic with a client of its own.
+func CurrentEnds(ctx context.Context, brokers []string, topic string) (map[int32]int64, error) {
 	cl, err := kgo.NewClient(eventlog.ClientOpts(brokers, "seqflow-audit-admin")...)
 	if err != nil {
 		return nil, err
 	}
-	end, err := Ends(ctx, cl, topic)
-	cl.Close()
-	if err != nil {
-		return nil, err
+	defer cl.Close()
+	return Ends(ctx, cl, topic)
+}
+
+// ReadLog reads the committed events of a sequenced topic up to end per
+// partition (nil: its current stable offsets).
+func ReadLog(ctx context.Context, brokers []string, topic string, end map[int32]int64) (*Log, error) {
+	if end == nil {
+		var err error
+		if end, err = CurrentEnds(ctx, brokers, topic); err != nil {
+			return nil, err
+		}
 	}
 	l := &Log{End: end}
-	err = Scan(ctx, brokers, topic, end, func(r *kgo.Record) error {
+	err := Scan(ctx, brokers, topic, end, func(r *kgo.Record) error {
 		it, err := store.Decode(store.FromSequenced, eventlog.Header(r, schemas.HeaderEventType), r.Value, r.Partition, r.Offset)
 		if err != nil || it.Row == nil {
 			l.Invalid++
@@ -189,7 +196,8 @@ func Expected(rows []store.Row) map[store.Key]store.Row {
 }
 
 // Compare reads every row of schema's messages table and compares it with
-// the log: missing, extra and mismatched rows per session.
+// the log: missing, extra and mismatched rows per session. Rows from past
+// the log's end (written while the log was read) are left out.
 func Compare(ctx context.Context, pool *pgxpool.Pool, schema string, l *Log) (*Report, error) {
 	start := time.Now()
 	want := Expected(l.Rows)
@@ -206,6 +214,9 @@ func Compare(ctx context.Context, pool *pgxpool.Pool, schema string, l *Log) (*R
 	sessions := map[string]bool{}
 	seen := make(map[store.Key]bool, len(want))
 	err := store.ScanRows(ctx, pool, schema, func(got store.Row) error {
+		if end, ok := l.End[got.Partition]; ok && got.Offset >= end {
+			return nil
+		}
 		rep.StoreRows++
 		sessions[got.SessionID] = true
 		k := store.Key{SessionID: got.SessionID, Seq: got.Seq}
