@@ -67,7 +67,7 @@ func runReplay(ctx context.Context, args []string) error {
 		return fmt.Errorf("replayed schema %s differs from the log; not switching", *schema)
 	}
 	if !*doSwitch {
-		fmt.Printf("to switch the live store over: seqflow replay was run without -switch; run the SQL\n"+
+		fmt.Printf("not switched (no -switch); to switch the live store over later, run:\n"+
 			"  BEGIN; INSERT INTO %s.store_pointer (schema_name) VALUES ('%s') ON CONFLICT (singleton) DO UPDATE SET schema_name = EXCLUDED.schema_name, switched_at = now(); SELECT pg_notify('%s', '%s'); COMMIT;\n",
 			*home, *schema, store.NotifyChannel, *schema)
 		return nil
