@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -26,9 +27,11 @@ func (e *ReplayError) Error() string {
 
 func (e *ReplayError) Unwrap() error { return e.Err }
 
-// IsFatal reports whether err must end Run rather than be logged and
-// survived: only a closed Kafka client is. Everything on the push path is
-// dropped and counted instead, since clients recover by sync.
+// IsFatal reports whether a fetch error must end Run rather than be logged
+// and survived: a closed Kafka client, or a group setting the broker
+// refuses (which no retry heals). Everything on the push path is dropped
+// and counted instead, since clients recover by sync.
 func IsFatal(err error) bool {
-	return errors.Is(err, kgo.ErrClientClosed)
+	return errors.Is(err, kgo.ErrClientClosed) || errors.Is(err, kerr.InvalidSessionTimeout) ||
+		errors.Is(err, kerr.GroupAuthorizationFailed) || errors.Is(err, kerr.InvalidGroupID)
 }

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -240,4 +244,24 @@ func FuzzPreview(f *testing.F) {
 			t.Fatalf("preview %q is not a prefix of the body", got)
 		}
 	})
+}
+
+func TestIsFatal(t *testing.T) {
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{kgo.ErrClientClosed, true},
+		{fmt.Errorf("unable to join group session: %w", kerr.InvalidSessionTimeout), true},
+		{kerr.NotCoordinator, false},
+		{kerr.UnknownTopicOrPartition, false},
+		{context.DeadlineExceeded, false},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprint(c.err), func(t *testing.T) {
+			if got := IsFatal(c.err); got != c.want {
+				t.Fatalf("IsFatal(%v) = %v, want %v", c.err, got, c.want)
+			}
+		})
+	}
 }
