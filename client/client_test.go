@@ -1,0 +1,315 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/wire"
+)
+
+// TestSDK runs the SDK against the whole pipeline (sequencer, persister,
+// pusher and producer-gw as processes on the local stack).
+func TestSDK(t *testing.T) {
+	p := newPipeline(t)
+	gw := p.gateway(t, "gw-a")
+
+	t.Run("kill -9 of the gateway mid-stream: every message once, in order, stored once", func(t *testing.T) {
+		alice, bob := user("alice"), user("bob")
+		a := p.start(t, alice, "phone", []string{gw.url}, nil)
+		b := p.start(t, bob, "phone", []string{gw.url}, nil)
+		ctx := ctxT(t, 2*time.Minute)
+		g, err := a.CreateGroup(ctx, "kill", bob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 300
+		pend := make([]*Pending, 0, n)
+		sent := map[string]int{} // client_msg_id → index
+		for i := range n {
+			pp, err := a.Post(ctx, g.SessionID, Text(fmt.Sprintf("m%03d", i)))
+			if err != nil {
+				t.Fatalf("post %d: %v", i, err)
+			}
+			pend = append(pend, pp)
+			sent[pp.ClientMsgID] = i
+			if i == n/3 {
+				gw.proc.Kill() // with sends in flight
+				time.Sleep(500 * time.Millisecond)
+				gw.proc.Restart()
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+		acks := map[int64]string{}
+		for i, pp := range pend {
+			ack, err := pp.Wait(ctx)
+			if err != nil {
+				t.Fatalf("message %d (%s): %v", i, pp.ClientMsgID, err)
+			}
+			if prev, dup := acks[ack.Seq]; dup {
+				t.Fatalf("seq %d acked for %s and %s", ack.Seq, prev, pp.ClientMsgID)
+			}
+			acks[ack.Seq] = pp.ClientMsgID
+		}
+		if a.Stats().Resent == 0 {
+			t.Fatalf("no command was resent: the kill did not hit messages in flight (stats %+v)", a.Stats())
+		}
+		for _, c := range []*running{a, b} {
+			evs := c.rec.waitFor(t, time.Minute, "all messages", func(evs []Event) bool { return countMessages(evs, g.SessionID) >= n })
+			checkOnceInOrder(t, evs, g.SessionID, sent)
+			if c.Stats().Connects < 2 {
+				t.Fatalf("client did not reconnect: %+v", c.Stats())
+			}
+		}
+		rows, err := p.pool.Query(ctx, `SELECT client_msg_id, count(*) FROM messages WHERE session_id = $1 AND kind = 'message' GROUP BY client_msg_id`, g.SessionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := map[string]int{}
+		for rows.Next() {
+			var id string
+			var k int
+			if err := rows.Scan(&id, &k); err != nil {
+				t.Fatal(err)
+			}
+			stored[id] = k
+		}
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+		if len(stored) != n {
+			t.Fatalf("store holds %d distinct messages, want %d", len(stored), n)
+		}
+		for id, k := range stored {
+			if _, ok := sent[id]; !ok || k != 1 {
+				t.Fatalf("stored %s %d times (sent by us: %v)", id, k, ok)
+			}
+		}
+		t.Logf("alice %+v; bob %+v", a.Stats(), b.Stats())
+	})
+
+	t.Run("outbox: unacknowledged messages survive a client restart with their IDs", func(t *testing.T) {
+		alice := user("alice")
+		path := filepath.Join(t.TempDir(), "outbox.jsonl")
+		a := p.start(t, alice, "phone", []string{gw.url}, nil)
+		ctx := ctxT(t, time.Minute)
+		g, err := a.CreateGroup(ctx, "outbox")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := a.Send(ctx, g.SessionID, Text("already sent"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A client that never connects (its gateway is down) posts three
+		// messages, then "crashes".
+		dead, err := New(Options{URLs: []string{"ws://" + freeAddr(t)}, Token: p.token(alice, "phone"), OutboxPath: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for i := range 3 {
+			pp, err := dead.Post(ctx, g.SessionID, Text(fmt.Sprintf("offline %d", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, pp.ClientMsgID)
+		}
+		dctx, dcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_ = dead.Run(dctx)
+		dcancel()
+		// And the first message's ACK was lost before the outbox recorded it.
+		ob, _, err := openOutbox(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ob.add(&wire.ClientFrame{Op: wire.OpSend, ClientMsgID: first.ClientMsgID, SessionID: g.SessionID, Type: "text", Body: json.RawMessage(`"already sent"`)}); err != nil {
+			t.Fatal(err)
+		}
+		_ = ob.close()
+
+		r := p.start(t, alice, "phone", []string{gw.url}, func(o *Options) { o.OutboxPath = path })
+		rec := r.Recovered()
+		if len(rec) != 4 {
+			t.Fatalf("recovered %d commands, want 4", len(rec))
+		}
+		for i, pp := range rec {
+			want := first.ClientMsgID
+			if i < 3 {
+				want = ids[i]
+			}
+			if pp.ClientMsgID != want {
+				t.Fatalf("recovered[%d] = %s, want %s", i, pp.ClientMsgID, want)
+			}
+			ack, err := pp.Wait(ctx)
+			if err != nil {
+				t.Fatalf("recovered %s: %v", pp.ClientMsgID, err)
+			}
+			if i == 3 && (!ack.Duplicate || ack.Seq != first.Seq || ack.MsgID != first.MsgID) {
+				t.Fatalf("resent sent message: ack %+v, want the duplicate of %+v", ack, first)
+			}
+		}
+		_ = r.stop()
+		if _, left, err := openOutbox(path); err != nil || len(left) != 0 {
+			t.Fatalf("outbox after the ACKs: %d left, err %v", len(left), err)
+		}
+		var n int
+		if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE session_id = $1 AND kind = 'message'`, g.SessionID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); n != 4 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			_ = p.pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE session_id = $1 AND kind = 'message'`, g.SessionID).Scan(&n)
+		}
+		if n != 4 {
+			t.Fatalf("store holds %d messages, want 4 (each once)", n)
+		}
+	})
+
+	t.Run("errors carry the server's code, name and retryability", func(t *testing.T) {
+		a := p.start(t, user("alice"), "phone", []string{gw.url}, nil)
+		ctx := ctxT(t, 30*time.Second)
+		_, err := a.Send(ctx, "g-nobody-has-this-session", Text("hi"))
+		var se *ServerError
+		if !errors.As(err, &se) || se.Code != 4001 || se.Name != "not_a_member" || se.Retryable || IsRetryable(err) {
+			t.Fatalf("send to a foreign session: %v, want not_a_member 4001, not retryable", err)
+		}
+	})
+
+	t.Run("a refused token stops Run with a handshake error", func(t *testing.T) {
+		c, err := New(Options{URLs: []string{gw.url}, Token: "not-a-token"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.Run(ctxT(t, 20*time.Second))
+		var he *HandshakeError
+		if !errors.As(err, &he) || he.Status != 401 || !IsAuth(err) || he.Err == nil || he.Err.Name != "unauthenticated" {
+			t.Fatalf("Run = %v, want a 401 unauthenticated handshake error", err)
+		}
+	})
+
+	t.Run("a restarted client resumes after its cursors, and the next gateway URL is tried", func(t *testing.T) {
+		alice, bob := user("alice"), user("bob")
+		a := p.start(t, alice, "phone", []string{gw.url}, nil)
+		ctx := ctxT(t, time.Minute)
+		g, err := a.CreateGroup(ctx, "resume", bob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b1 := p.start(t, bob, "tablet", []string{gw.url}, nil)
+		sent := map[string]int{}
+		for i := range 5 {
+			ack, err := a.Send(ctx, g.SessionID, Text(fmt.Sprintf("before %d", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent[ack.ClientMsgID] = i
+		}
+		b1.rec.waitFor(t, 30*time.Second, "5 messages", func(evs []Event) bool { return countMessages(evs, g.SessionID) == 5 })
+		if err := b1.stop(); err != nil {
+			t.Fatal(err)
+		}
+		cursors := b1.Cursors()
+		later := map[string]int{}
+		for i := range 5 {
+			ack, err := a.Send(ctx, g.SessionID, Text(fmt.Sprintf("after %d", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			later[ack.ClientMsgID] = i
+		}
+		down := "ws://" + freeAddr(t)
+		b2 := p.start(t, bob, "tablet", []string{down, gw.url}, func(o *Options) { o.Cursors = cursors })
+		evs := b2.rec.waitFor(t, 30*time.Second, "5 later messages", func(evs []Event) bool { return countMessages(evs, g.SessionID) >= 5 })
+		time.Sleep(300 * time.Millisecond) // room for a wrong extra event to show up
+		evs = b2.rec.snapshot()
+		checkOnceInOrder(t, evs, g.SessionID, later)
+		if countMessages(evs, g.SessionID) != 5 || evs[0].Seq <= cursors[g.SessionID] {
+			t.Fatalf("resumed client got %d messages starting at seq %d, want the 5 after seq %d", countMessages(evs, g.SessionID), evs[0].Seq, cursors[g.SessionID])
+		}
+	})
+
+	t.Run("delivered receipts move the device cursor, read receipts the read cursor", func(t *testing.T) {
+		alice, bob := user("alice"), user("bob")
+		a := p.start(t, alice, "phone", []string{gw.url}, nil)
+		b := p.start(t, bob, "phone", []string{gw.url}, nil)
+		ctx := ctxT(t, time.Minute)
+		g, err := a.CreateGroup(ctx, "receipts", bob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last Ack
+		for i := range 3 {
+			if last, err = a.Send(ctx, g.SessionID, Text(fmt.Sprintf("r%d", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.rec.waitFor(t, 30*time.Second, "3 messages", func(evs []Event) bool { return countMessages(evs, g.SessionID) == 3 })
+		waitQuery(t, p, fmt.Sprintf("delivered cursor at %d", last.Seq), func() bool {
+			var seq int64
+			_ = p.pool.QueryRow(ctx, `SELECT delivered_seq FROM delivery_cursors WHERE session_id = $1 AND user_id = $2 AND device_id = 'phone'`, g.SessionID, bob).Scan(&seq)
+			return seq == last.Seq
+		})
+		if err := b.MarkRead(ctx, g.SessionID, last.Seq); err != nil {
+			t.Fatal(err)
+		}
+		waitQuery(t, p, fmt.Sprintf("read_seq at %d", last.Seq), func() bool {
+			ch, err := b.Changes(ctx)
+			return err == nil && len(ch) == 1 && ch[0].ReadSeq == last.Seq
+		})
+	})
+}
+
+func waitQuery(t *testing.T, p *pipeline, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 20s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func countMessages(evs []Event, session string) int {
+	n := 0
+	for _, e := range evs {
+		if e.SessionID == session && e.Kind == wire.KindMessage {
+			n++
+		}
+	}
+	return n
+}
+
+// checkOnceInOrder: seqs of session strictly increase, every message of
+// want arrives exactly once, and nothing else does.
+func checkOnceInOrder(t *testing.T, evs []Event, session string, want map[string]int) {
+	t.Helper()
+	var last int64
+	seen := map[string]bool{}
+	for _, e := range evs {
+		if e.SessionID != session {
+			continue
+		}
+		if e.Seq <= last {
+			t.Fatalf("seq %d after %d: out of order or repeated", e.Seq, last)
+		}
+		last = e.Seq
+		if e.Kind != wire.KindMessage {
+			continue
+		}
+		if _, ok := want[e.ClientMsgID]; !ok {
+			t.Fatalf("unexpected message %s at seq %d", e.ClientMsgID, e.Seq)
+		}
+		if seen[e.ClientMsgID] {
+			t.Fatalf("message %s delivered twice", e.ClientMsgID)
+		}
+		seen[e.ClientMsgID] = true
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("got %d of %d messages", len(seen), len(want))
+	}
+}

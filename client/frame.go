@@ -1,0 +1,80 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/seqflow/seqflow/internal/wire"
+)
+
+// maxServerFrame bounds one frame read from the gateway: a full sync page
+// (200 messages of up to 16 KiB bodies, escaped) fits with room to spare.
+const maxServerFrame = 8 << 20
+
+// serverFrame is any gateway frame, decoded loosely: which fields are set
+// depends on Op (docs/protocol.md, "Frames").
+type serverFrame struct {
+	Op          string               `json:"op"`
+	ReqID       string               `json:"req_id"`
+	ClientMsgID string               `json:"client_msg_id"`
+	SessionID   string               `json:"session_id"`
+	Status      string               `json:"status"`
+	Seq         int64                `json:"seq"`
+	MsgID       string               `json:"msg_id"`
+	ServerTs    int64                `json:"server_ts"`
+	Duplicate   bool                 `json:"duplicate"`
+	Error       *wire.ErrorBody      `json:"error"`
+	Event       *wire.Message        `json:"event"`
+	Messages    []wire.Message       `json:"messages"`
+	HasMore     bool                 `json:"has_more"`
+	Sessions    []wire.SessionChange `json:"sessions"`
+
+	ConnID        string `json:"conn_id"`
+	UserID        string `json:"user_id"`
+	DeviceID      string `json:"device_id"`
+	GatewayID     string `json:"gateway_id"`
+	HeartbeatMs   int64  `json:"heartbeat_ms"`
+	MaxFrameBytes int    `json:"max_frame_bytes"`
+}
+
+var errBadFrame = errors.New("bad server frame")
+
+// decodeFrame parses one gateway frame and checks what the client relies
+// on: an op, an event with a session and a positive seq, an error body on
+// error frames, ACK fields on ok ACKs.
+func decodeFrame(b []byte) (serverFrame, error) {
+	var f serverFrame
+	if len(b) > maxServerFrame {
+		return f, fmt.Errorf("%w: %d bytes", errBadFrame, len(b))
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return f, fmt.Errorf("%w: %v", errBadFrame, err)
+	}
+	switch f.Op {
+	case "":
+		return f, fmt.Errorf("%w: no op", errBadFrame)
+	case wire.OpEvent:
+		if f.Event == nil || f.Event.SessionID == "" || f.Event.Seq <= 0 {
+			return f, fmt.Errorf("%w: event without session or seq", errBadFrame)
+		}
+	case wire.OpError:
+		if f.Error == nil {
+			return f, fmt.Errorf("%w: error frame without error", errBadFrame)
+		}
+	case wire.OpAck, wire.OpSeqNotice:
+		if f.ClientMsgID == "" {
+			return f, fmt.Errorf("%w: %s without client_msg_id", errBadFrame, f.Op)
+		}
+		if f.Status == wire.StatusOK && f.Seq <= 0 {
+			return f, fmt.Errorf("%w: ok %s without seq", errBadFrame, f.Op)
+		}
+	case wire.OpResult:
+		for _, m := range f.Messages {
+			if m.Seq <= 0 {
+				return f, fmt.Errorf("%w: sync result with seq %d", errBadFrame, m.Seq)
+			}
+		}
+	}
+	return f, nil
+}

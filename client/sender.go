@@ -1,0 +1,285 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/wire"
+)
+
+// Ack is the gateway's final answer to a command: the seq and message ID
+// it got, decided once. A retry of the same client_msg_id gets the same
+// Ack with Duplicate set.
+type Ack struct {
+	ClientMsgID string
+	SessionID   string
+	Seq         int64
+	MsgID       string
+	// ServerTs is when the sequencer assigned the seq, Unix ms.
+	ServerTs  int64
+	Duplicate bool
+}
+
+// Pending is a command in flight: it is resent with the same client_msg_id
+// until the gateway answers it with an ok ACK or a non-retryable error.
+type Pending struct {
+	// ClientMsgID is generated once (UUIDv7) and reused by every resend.
+	ClientMsgID string
+	// Posted is when the command entered the window.
+	Posted time.Time
+
+	frame     *wire.ClientFrame
+	done      chan struct{}
+	ack       Ack
+	err       error
+	recovered bool // read from the outbox, holds no window slot
+
+	// Guarded by sender.mu.
+	sentOn   *conn
+	sentAt   time.Time
+	retryAt  time.Time // after a retryable error: not before
+	attempts int
+	finished bool
+}
+
+// Done is closed when the command is answered (or the client closed).
+func (p *Pending) Done() <-chan struct{} { return p.done }
+
+// Wait blocks until the command is answered or ctx is done. Giving up the
+// wait does not withdraw the command: it stays in flight until answered.
+func (p *Pending) Wait(ctx context.Context) (Ack, error) {
+	select {
+	case <-p.done:
+		return p.ack, p.err
+	case <-ctx.Done():
+		return Ack{}, ctx.Err()
+	}
+}
+
+// Result returns the answer of a finished command (zero values before).
+func (p *Pending) Result() (Ack, error) {
+	select {
+	case <-p.done:
+		return p.ack, p.err
+	default:
+		return Ack{}, nil
+	}
+}
+
+// sender keeps the window of commands in flight and decides when each is
+// (re)sent: at once on the current connection, again on every new
+// connection, again when its ACK is overdue, and after a backoff when the
+// gateway answered with a retryable error.
+type sender struct {
+	window     chan struct{}
+	ackTimeout time.Duration
+	retry      backoff
+	outbox     *outbox
+	stats      *counters
+	onFinish   func(*Pending)
+
+	mu     sync.Mutex
+	cur    *conn
+	byID   map[string]*Pending
+	order  []*Pending // posting order, finished ones removed lazily
+	closed bool
+}
+
+func newSender(inFlight int, ackTimeout time.Duration, retry backoff, ob *outbox, stats *counters) *sender {
+	return &sender{
+		window: make(chan struct{}, inFlight), ackTimeout: ackTimeout, retry: retry,
+		outbox: ob, stats: stats, byID: map[string]*Pending{},
+	}
+}
+
+// post enters f into the window (blocking while the window is full, for
+// at most ctx), records it in the outbox and sends it if connected.
+func (s *sender) post(ctx context.Context, f *wire.ClientFrame) (*Pending, error) {
+	select {
+	case s.window <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p := &Pending{ClientMsgID: f.ClientMsgID, Posted: time.Now(), frame: f, done: make(chan struct{})}
+	if s.outbox != nil {
+		if err := s.outbox.add(f); err != nil {
+			<-s.window
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		<-s.window
+		return nil, ErrClosed
+	}
+	s.track(p)
+	s.stats.Posted.Add(1)
+	if s.cur != nil {
+		s.sendLocked(p, s.cur, time.Now())
+	}
+	return p, nil
+}
+
+func (s *sender) track(p *Pending) {
+	if old, ok := s.byID[p.ClientMsgID]; ok && !old.finished {
+		return
+	}
+	s.byID[p.ClientMsgID] = p
+	s.order = append(s.order, p)
+}
+
+// recover adds commands read from the outbox; they hold no window slot.
+func (s *sender) recover(frames []*wire.ClientFrame) []*Pending {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*Pending
+	for _, f := range frames {
+		p := &Pending{ClientMsgID: f.ClientMsgID, Posted: time.Now(), frame: f, done: make(chan struct{}), recovered: true}
+		s.track(p)
+		out = append(out, s.byID[f.ClientMsgID])
+	}
+	return out
+}
+
+func (s *sender) sendLocked(p *Pending, c *conn, now time.Time) {
+	if p.attempts > 0 {
+		s.stats.Resent.Add(1)
+	}
+	p.attempts++
+	p.sentOn, p.sentAt, p.retryAt = c, now, time.Time{}
+	// A full queue or a dead connection is found out by the resend scan.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = c.send(ctx, p.frame)
+	cancel()
+}
+
+// attach makes c the current connection (nil: none) and resends, in
+// posting order, every command not yet answered.
+func (s *sender) attach(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cur = c
+	if c == nil {
+		return
+	}
+	now := time.Now()
+	for _, p := range s.live() {
+		if p.retryAt.After(now) {
+			continue
+		}
+		s.sendLocked(p, c, now)
+	}
+}
+
+// live compacts order and returns the commands not yet finished.
+func (s *sender) live() []*Pending {
+	n := 0
+	for _, p := range s.order {
+		if !p.finished {
+			s.order[n] = p
+			n++
+		}
+	}
+	clear(s.order[n:])
+	s.order = s.order[:n]
+	return s.order
+}
+
+// scan resends what is overdue: not sent on the current connection, ACK
+// missing for ackTimeout, or a retryable error's backoff elapsed.
+func (s *sender) scan(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.cur
+	if c == nil || c.ctx.Err() != nil {
+		return
+	}
+	for _, p := range s.live() {
+		switch {
+		case !p.retryAt.IsZero():
+			if !now.Before(p.retryAt) {
+				s.sendLocked(p, c, now)
+			}
+		case p.sentOn != c || now.Sub(p.sentAt) >= s.ackTimeout:
+			s.sendLocked(p, c, now)
+		}
+	}
+}
+
+// onFrame handles an ack, seq_notice or error that names a client_msg_id.
+func (s *sender) onFrame(f serverFrame) {
+	s.mu.Lock()
+	p, ok := s.byID[f.ClientMsgID]
+	if !ok || p.finished {
+		s.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	switch {
+	case f.Op == wire.OpError && f.Error.Retryable:
+		s.stats.RetryableErrors.Add(1)
+		p.retryAt = now.Add(s.retry.delay(p.attempts - 1))
+		s.mu.Unlock()
+		return
+	case f.Op == wire.OpError:
+		s.finishLocked(p, Ack{}, serverError(f.Error, f.ClientMsgID))
+	case f.Status == wire.StatusAccepted:
+		// Durable in Kafka; the seq follows as a seq_notice. Wait another
+		// ACK timeout before asking again with a resend.
+		p.sentAt = now
+		s.mu.Unlock()
+		return
+	case f.Status == wire.StatusOK:
+		s.finishLocked(p, Ack{ClientMsgID: f.ClientMsgID, SessionID: f.SessionID, Seq: f.Seq, MsgID: f.MsgID,
+			ServerTs: f.ServerTs, Duplicate: f.Duplicate}, nil)
+	default:
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.completed(p)
+}
+
+func (s *sender) finishLocked(p *Pending, a Ack, err error) {
+	p.finished, p.ack, p.err = true, a, err
+	delete(s.byID, p.ClientMsgID)
+	if err == nil && a.Duplicate {
+		s.stats.DuplicateAcks.Add(1)
+	}
+}
+
+// completed runs outside the lock: outbox, window slot, waiters.
+func (s *sender) completed(p *Pending) {
+	if s.outbox != nil {
+		_ = s.outbox.done(p.ClientMsgID) // a lost "done" costs one duplicate resend
+	}
+	if !p.recovered {
+		<-s.window
+	}
+	close(p.done)
+	if s.onFinish != nil {
+		s.onFinish(p)
+	}
+}
+
+// close fails every command still in flight with ErrClosed; the outbox
+// keeps them for the next client.
+func (s *sender) close() {
+	s.mu.Lock()
+	s.closed = true
+	var left []*Pending
+	for _, p := range s.live() {
+		p.finished, p.err = true, ErrClosed
+		left = append(left, p)
+	}
+	clear(s.byID)
+	s.mu.Unlock()
+	for _, p := range left {
+		if !p.recovered {
+			<-s.window
+		}
+		close(p.done)
+	}
+}
