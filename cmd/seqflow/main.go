@@ -29,6 +29,9 @@ var commands = map[string]command{
 	"replay": {"rebuild the message store from the log into a fresh schema, verify, optionally switch", runReplay},
 	"verify": {"audit the message store against the log; exit status 1 when they differ", runVerify},
 	"token":  {"mint a development bearer token for producer-gw", runToken},
+	"lag":    {"consumer lag per group, topic and partition (committed, end, lag)", runLag},
+	"topics": {"describe every seqflow topic: partitions, replication, configs, end offsets", runTopics},
+	"dlq":    {"list dead letters, or redrive one to its original topic", runDLQ},
 }
 
 func main() {
