@@ -1,0 +1,177 @@
+package client
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBackoffBounds(t *testing.T) {
+	b := backoff{min: 100 * time.Millisecond, max: 2 * time.Second}
+	cases := []struct {
+		attempt int
+		lo, hi  time.Duration
+	}{
+		{0, 50 * time.Millisecond, 100 * time.Millisecond},
+		{1, 100 * time.Millisecond, 200 * time.Millisecond},
+		{3, 400 * time.Millisecond, 800 * time.Millisecond},
+		{10, time.Second, 2 * time.Second},
+		{1000, time.Second, 2 * time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.lo.String(), func(t *testing.T) {
+			seen := map[time.Duration]bool{}
+			for range 200 {
+				d := b.delay(c.attempt)
+				if d < c.lo || d >= c.hi {
+					t.Fatalf("attempt %d: %v not in [%v, %v)", c.attempt, d, c.lo, c.hi)
+				}
+				seen[d] = true
+			}
+			if len(seen) < 10 {
+				t.Fatalf("attempt %d: only %d distinct delays: no jitter", c.attempt, len(seen))
+			}
+		})
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	cases := []struct {
+		name string
+		opts Options
+		want []string // substrings of the error; nil: valid
+	}{
+		{name: "valid", opts: Options{URLs: []string{"ws://127.0.0.1:8080"}, Token: "t"}},
+		{name: "http maps to ws", opts: Options{URLs: []string{"http://127.0.0.1:8080/"}, Token: "t"}},
+		{name: "nothing", opts: Options{}, want: []string{"URLs", "no token"}},
+		{name: "bad scheme and ranges", opts: Options{URLs: []string{"ftp://x"}, Token: "t", InFlight: -1, SyncLimit: 500, AckTimeout: -time.Second},
+			want: []string{"scheme", "InFlight", "SyncLimit", "AckTimeout"}},
+		{name: "backoff order", opts: Options{URLs: []string{"ws://h"}, Token: "t", MinBackoff: time.Second, MaxBackoff: time.Millisecond}, want: []string{"MaxBackoff"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := New(c.opts)
+			if c.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestWSURL(t *testing.T) {
+	cases := map[string]string{
+		"ws://127.0.0.1:8080":       "ws://127.0.0.1:8080/v1/ws",
+		"http://127.0.0.1:8080/":    "ws://127.0.0.1:8080/v1/ws",
+		"https://gw.example/v1/ws":  "wss://gw.example/v1/ws",
+		"wss://gw.example/custom/p": "wss://gw.example/custom/p",
+	}
+	for in, want := range cases {
+		t.Run(in, func(t *testing.T) {
+			got, err := wsURL(in)
+			if err != nil || got != want {
+				t.Fatalf("wsURL(%q) = %q, %v; want %q", in, got, err, want)
+			}
+		})
+	}
+}
+
+func TestErrorClassifiers(t *testing.T) {
+	cases := []struct {
+		name           string
+		err            error
+		retryable, aut bool
+	}{
+		{"retryable server error", &ServerError{Name: "rate_limited", Retryable: true}, true, false},
+		{"final server error", &ServerError{Name: "not_a_member"}, false, false},
+		{"expired token frame", &ServerError{Name: "token_expired"}, false, true},
+		{"401 handshake", &HandshakeError{Status: 401, Err: &ServerError{Name: "unauthenticated"}}, false, true},
+		{"503 handshake", &HandshakeError{Status: 503}, true, false},
+		{"lost connection", ErrConnectionLost, true, false},
+		{"wrapped", errors.Join(errors.New("x"), &ServerError{Retryable: true}), true, false},
+		{"closed", ErrClosed, false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if IsRetryable(c.err) != c.retryable || IsAuth(c.err) != c.aut {
+				t.Fatalf("IsRetryable %v IsAuth %v, want %v %v", IsRetryable(c.err), IsAuth(c.err), c.retryable, c.aut)
+			}
+		})
+	}
+}
+
+func TestDirectSessionIDIsSymmetric(t *testing.T) {
+	a, b := DirectSessionID("alice", "bob"), DirectSessionID("bob", "alice")
+	if a != b || !strings.HasPrefix(a, "d-") || len(a) != 34 || a == DirectSessionID("alice", "carol") {
+		t.Fatalf("DirectSessionID: %s %s", a, b)
+	}
+}
+
+func TestDecodeFrame(t *testing.T) {
+	cases := []struct {
+		name string
+		in   string
+		ok   bool
+	}{
+		{"hello", `{"op":"hello","conn_id":"c","heartbeat_ms":15000}`, true},
+		{"ok ack", `{"op":"ack","client_msg_id":"m","status":"ok","seq":3,"msg_id":"7"}`, true},
+		{"accepted ack without seq", `{"op":"ack","client_msg_id":"m","status":"accepted"}`, true},
+		{"ok ack without seq", `{"op":"ack","client_msg_id":"m","status":"ok"}`, false},
+		{"ack without id", `{"op":"ack","status":"ok","seq":1}`, false},
+		{"event", `{"op":"event","event":{"session_id":"s","seq":1,"kind":"message"}}`, true},
+		{"event without seq", `{"op":"event","event":{"session_id":"s"}}`, false},
+		{"error without body", `{"op":"error"}`, false},
+		{"error", `{"op":"error","error":{"code":4001,"name":"not_a_member"}}`, true},
+		{"result with a bad seq", `{"op":"result","messages":[{"seq":0}]}`, false},
+		{"no op", `{}`, false},
+		{"not json", `{"op":`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := decodeFrame([]byte(c.in))
+			if (err == nil) != c.ok {
+				t.Fatalf("decodeFrame(%s) = %v, want ok=%v", c.in, err, c.ok)
+			}
+		})
+	}
+}
+
+// FuzzDecodeFrame: any bytes from a gateway decode or fail cleanly, and
+// what decodes meets the invariants the client relies on.
+func FuzzDecodeFrame(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"event","event":{"session_id":"s","seq":1}}`, `{"op":"ack","client_msg_id":"m","status":"ok","seq":3}`,
+		`{"op":"result","messages":[{"seq":2}],"has_more":true}`, `{"op":"error","error":{"code":1}}`, `[]`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := decodeFrame(b)
+		if err != nil {
+			return
+		}
+		switch fr.Op {
+		case "":
+			t.Fatal("decoded a frame without op")
+		case "event":
+			if fr.Event == nil || fr.Event.Seq <= 0 || fr.Event.SessionID == "" {
+				t.Fatalf("bad event decoded: %+v", fr.Event)
+			}
+		case "error":
+			if fr.Error == nil {
+				t.Fatal("error frame without body decoded")
+			}
+		}
+	})
+}
