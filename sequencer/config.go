@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -31,7 +32,10 @@ type Config struct {
 	// DedupMaxEntries: SEQUENCER_DEDUP_MAX_ENTRIES per partition, default
 	// 2,000,000 (about 200 MB at most); past it the oldest entries go first.
 	DedupMaxEntries int
-	// MaxPollRecords: SEQUENCER_MAX_POLL_RECORDS per transaction, default 10000.
+	// MaxPollRecords: SEQUENCER_MAX_POLL_RECORDS per transaction, default
+	// 1000, at most Step: a transaction then never carries more than a step
+	// of one session's messages, so a crash mid-transaction loses at most one
+	// step of seqs for any session.
 	MaxPollRecords int
 	// MaxUplinkBytes: SEQUENCER_MAX_UPLINK_BYTES, default 65536; larger uplinks
 	// are dead-lettered.
@@ -68,7 +72,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Step:              e.Int("SEQUENCER_STEP", 1000, 1, 1_000_000),
 		DedupWindow:       e.Duration("SEQUENCER_DEDUP_WINDOW", 24*time.Hour, time.Second, 30*24*time.Hour),
 		DedupMaxEntries:   e.Int("SEQUENCER_DEDUP_MAX_ENTRIES", 2_000_000, 1000, 1<<30),
-		MaxPollRecords:    e.Int("SEQUENCER_MAX_POLL_RECORDS", 10_000, 1, 1_000_000),
+		MaxPollRecords:    e.Int("SEQUENCER_MAX_POLL_RECORDS", 1000, 1, 1_000_000),
 		MaxUplinkBytes:    e.Int("SEQUENCER_MAX_UPLINK_BYTES", 64<<10, 256, 900<<10),
 		SessionTimeout:    e.Duration("SEQUENCER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		RebalanceTimeout:  e.Duration("SEQUENCER_REBALANCE_TIMEOUT", 30*time.Second, time.Second, 10*time.Minute),
@@ -80,6 +84,10 @@ func LoadConfig(e *config.Env) (Config, error) {
 	}
 	if len(c.Brokers) == 0 {
 		e.Required("SEQFLOW_KAFKA_BROKERS")
+	}
+	if c.MaxPollRecords > c.Step {
+		err := fmt.Errorf("SEQUENCER_MAX_POLL_RECORDS=%d is above SEQUENCER_STEP=%d: a crash could then leave a gap of more than one step", c.MaxPollRecords, c.Step)
+		return c, fmt.Errorf("sequencer config: %w", errors.Join(e.Err(), err))
 	}
 	if err := e.Err(); err != nil {
 		return c, fmt.Errorf("sequencer config: %w", err)

@@ -89,6 +89,7 @@ func (h *harness) start(name string, env ...string) *proctest.Proc {
 		"SEQUENCER_INSTANCE_ID=" + h.group + "-" + name,
 		"SEQUENCER_ADMIN_ADDR=",
 		fmt.Sprintf("SEQUENCER_STEP=%d", testStep),
+		fmt.Sprintf("SEQUENCER_MAX_POLL_RECORDS=%d", testStep),
 		"SEQUENCER_SESSION_TIMEOUT=6s",
 		"SEQUENCER_REBALANCE_TIMEOUT=15s",
 		"SEQUENCER_TXN_TIMEOUT=8s",

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
@@ -248,30 +249,51 @@ func waitLog(t *testing.T, p *proctest.Proc, s string, timeout time.Duration) {
 	}
 }
 
-// instanceRecords reads the sequenced topic at the given isolation level
-// and returns the records written by instance, keyed by partition/offset,
-// with their server timestamps.
+// instanceRecords reads the sequenced topic to its end at the given
+// isolation level and returns the records written by instance, keyed by
+// partition/offset, with their server timestamps.
 func instanceRecords(t *testing.T, h *harness, iso kgo.IsolationLevel, instance string) map[string]int64 {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	adm := kadm.NewClient(h.cl)
+	list := adm.ListEndOffsets
+	if iso == kgo.ReadCommitted() {
+		list = adm.ListCommittedOffsets
+	}
+	ends, err := list(ctx, h.topics.Sequenced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	starts := map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+			starts[o.Partition] = kgo.NewOffset().AtStart()
+		}
+	})
 	cl, err := kgo.NewClient(append(eventlog.ClientOpts(h.st.KafkaBrokers, "seq-test-reader"),
-		kgo.ConsumeTopics(h.topics.Sequenced), kgo.FetchIsolationLevel(iso),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{h.topics.Sequenced: starts}),
+		kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords())...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	out := map[string]int64{}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
-		cancel()
-		if fs.NumRecords() == 0 {
-			return out
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("read %s: %v", h.topics.Sequenced, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if eventlog.Header(r, schemas.HeaderInstance) == instance {
+			if !r.Attrs.IsControl() && eventlog.Header(r, schemas.HeaderInstance) == instance {
 				out[fmt.Sprintf("%d/%d", r.Partition, r.Offset)] = r.Timestamp.UnixMilli()
+			}
+			if end, ok := want[r.Partition]; ok && r.Offset >= end-1 {
+				delete(want, r.Partition)
 			}
 		})
 	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -72,4 +73,23 @@ func FuzzDecodeUplink(f *testing.F) {
 			t.Fatalf("accepted an incomplete uplink: %v", u)
 		}
 	})
+}
+
+func TestConfigRefusesBatchesAboveTheStep(t *testing.T) {
+	_, err := LoadConfig(config.FromMap(map[string]string{
+		"SEQFLOW_KAFKA_BROKERS": "127.0.0.1:1", "SEQFLOW_PG_URL": "postgres://x",
+		"SEQUENCER_STEP": "100", "SEQUENCER_MAX_POLL_RECORDS": "101",
+	}))
+	if err == nil || !strings.Contains(err.Error(), "SEQUENCER_MAX_POLL_RECORDS=101") {
+		t.Fatalf("want a clear error about the poll size, got %v", err)
+	}
+	if _, err := LoadConfig(config.FromMap(map[string]string{"SEQFLOW_KAFKA_BROKERS": "127.0.0.1:1", "SEQFLOW_PG_URL": "postgres://x"})); err != nil {
+		t.Fatalf("defaults must be valid: %v", err)
+	}
+	_, err = LoadConfig(config.FromMap(map[string]string{"SEQUENCER_STEP": "zero"}))
+	for _, want := range []string{"SEQFLOW_PG_URL is required", "SEQFLOW_KAFKA_BROKERS is required", "SEQUENCER_STEP="} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
 }

@@ -6,10 +6,9 @@
 //
 // A Book keeps at most Step unconfirmed seqs per session (unused, or used by
 // a transaction not yet committed): a shortfall asks for max(Step, demand) -
-// remaining and a top-up (prefetch) for Step - (remaining + in flight). That
-// bounds the gap a crash or a partition move can leave to one step, or to
-// the session's messages in the one transaction cut off, when one
-// transaction carries more than a step of them.
+// remaining and a top-up (prefetch) for Step - (remaining + in flight). With
+// demand per batch at most Step, that bounds the gap a crash or a partition
+// move can leave to one step.
 package segment
 
 import (
