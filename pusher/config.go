@@ -29,9 +29,10 @@ type Config struct {
 	// 127.0.0.1:9104; "off" disables it (an empty value means the default),
 	// port 0 picks a free port.
 	AdminAddr string
-	// Transport: PUSHER_TRANSPORT, how batches reach gateways: "redis"
-	// (sharded pub/sub, the default) or "tcp" (a direct stream to the
-	// gateway's registered address). See README.md for the measurement.
+	// Transport: PUSHER_TRANSPORT, how batches reach gateways: "auto" (the
+	// default: a direct TCP stream to gateways that registered a stream
+	// address, Redis sharded pub/sub to the others), "tcp" or "redis"
+	// only. See README.md for the measurement behind the choice.
 	Transport string
 	// ResetOffset: PUSHER_RESET_OFFSET, where a group with no committed
 	// offset starts: "end" (the default: a new pusher does not push
@@ -88,7 +89,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Group:             e.String("PUSHER_GROUP", "seqflow-pusher"),
 		InstanceID:        e.String("PUSHER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
 		AdminAddr:         e.String("PUSHER_ADMIN_ADDR", "127.0.0.1:9104"),
-		Transport:         e.String("PUSHER_TRANSPORT", "redis"),
+		Transport:         e.String("PUSHER_TRANSPORT", "auto"),
 		ResetOffset:       e.String("PUSHER_RESET_OFFSET", "end"),
 		SendTimeout:       e.Duration("PUSHER_SEND_TIMEOUT", 500*time.Millisecond, time.Millisecond, time.Minute),
 		QueueDepth:        e.Int("PUSHER_GATEWAY_QUEUE", 64, 1, 1<<16),
@@ -115,9 +116,9 @@ func LoadConfig(e *config.Env) (Config, error) {
 	}
 	var bad error
 	switch c.Transport {
-	case "redis", "tcp":
+	case "auto", "redis", "tcp":
 	default:
-		bad = fmt.Errorf("PUSHER_TRANSPORT=%q: want redis or tcp", c.Transport)
+		bad = fmt.Errorf("PUSHER_TRANSPORT=%q: want auto, tcp or redis", c.Transport)
 	}
 	if c.ResetOffset != "end" && c.ResetOffset != "start" {
 		bad = errors.Join(bad, fmt.Errorf("PUSHER_RESET_OFFSET=%q: want end or start", c.ResetOffset))

@@ -23,7 +23,7 @@ func TestLoadConfig(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{"defaults", base(nil), nil, func(t *testing.T, c Config) {
-			if c.Group != "seqflow-pusher" || c.AdminAddr != "127.0.0.1:9104" || c.Transport != "redis" ||
+			if c.Group != "seqflow-pusher" || c.AdminAddr != "127.0.0.1:9104" || c.Transport != "auto" ||
 				c.SendTimeout != 500*time.Millisecond || c.QueueDepth != 64 || !c.Offline || c.ResetOffset != "end" ||
 				len(c.Brokers) != 2 || c.Topics.Sequenced != "im.sequenced.v1" {
 				t.Fatalf("defaults: %+v", c)

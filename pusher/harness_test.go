@@ -228,25 +228,36 @@ type gateway struct {
 	batches int
 }
 
-func (e *env) gateway(name string) *gateway {
+func (e *env) gateway(name string) *gateway { return e.gatewayOf("redis", name) }
+
+// gatewayOf starts a test gateway receiving over kind: "redis" (pub/sub)
+// or "tcp" (a registered stream listener).
+func (e *env) gatewayOf(kind, name string) *gateway {
 	e.t.Helper()
 	g := &gateway{id: e.prefix + name, e: e, got: map[string][]*imv1.PushItem{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
-	rcv := delivery.NewRedisReceiver(e.rdb, delivery.RedisReceiverOptions{})
+	var rcv delivery.Receiver = delivery.NewRedisReceiver(e.rdb, delivery.RedisReceiverOptions{})
+	if kind == "tcp" {
+		rcv = delivery.NewTCPReceiver(delivery.NewRedisRegistry(e.rdb), delivery.TCPReceiverOptions{})
+	}
 	go func() { g.done <- rcv.Receive(ctx, g.id, g.handle) }()
 	e.t.Cleanup(g.kill)
-	g.awaitSubscribed()
+	g.awaitListening(kind)
 	return g
 }
 
-// awaitSubscribed waits until Redis counts a subscriber on the channel.
-func (g *gateway) awaitSubscribed() {
+// awaitListening waits until Redis counts a subscriber on the channel, or
+// the registry holds the stream address.
+func (g *gateway) awaitListening(kind string) {
 	g.e.t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
 		n, err := g.e.rdb.PubSubShardNumSub(context.Background(), delivery.Channel(g.id)).Result()
-		if err == nil && n[delivery.Channel(g.id)] > 0 {
+		if kind == "redis" && err == nil && n[delivery.Channel(g.id)] > 0 {
+			return
+		}
+		if _, err := delivery.NewRedisRegistry(g.e.rdb).Lookup(context.Background(), g.id); kind == "tcp" && err == nil {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -65,9 +65,17 @@ func New(cfg Config, log *slog.Logger) *Pusher {
 }
 
 func (p *Pusher) defaultSender(rdb redis.UniversalClient) (delivery.Sender, error) {
+	redisSender := func() delivery.Sender { return delivery.NewRedisSender(rdb, delivery.RedisSenderOptions{}) }
+	tcpSender := func() delivery.Sender {
+		return delivery.NewTCPSender(delivery.NewRedisRegistry(rdb), delivery.TCPSenderOptions{Log: p.log})
+	}
 	switch p.cfg.Transport {
+	case "auto":
+		return delivery.NewChainSender(tcpSender(), redisSender()), nil
+	case "tcp":
+		return tcpSender(), nil
 	case "redis":
-		return delivery.NewRedisSender(rdb, delivery.RedisSenderOptions{}), nil
+		return redisSender(), nil
 	}
 	return nil, fmt.Errorf("unknown transport %q", p.cfg.Transport)
 }

@@ -137,8 +137,14 @@ func TestPushDuplicateAckToSendingDevice(t *testing.T) {
 // dropped and counted, and commits keep moving.
 func TestPushGatewayKilledMidPush(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"redis", "tcp"} {
+		t.Run(kind, func(t *testing.T) { testGatewayKilled(t, kind) })
+	}
+}
+
+func testGatewayKilled(t *testing.T, kind string) {
 	e := newEnv(t)
-	gwA, gwB := e.gateway("gw-a"), e.gateway("gw-b")
+	gwA, gwB := e.gatewayOf(kind, "gw-a"), e.gatewayOf(kind, "gw-b")
 	alice, bob := e.user("alice"), e.user("bob")
 	ca, cb := gwA.connect(alice, "d"), gwB.connect(bob, "d")
 	r := e.startPusher(e.config())

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -118,6 +119,28 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 		if _, err := encodeBatch(b, 1<<30); err != nil {
 			t.Fatalf("accepted batch does not re-encode: %v", err)
+		}
+	})
+}
+
+// FuzzReadFrames: the TCP receiver reads frames off the network; the
+// reader must never panic, never hand out a frame over the limit, and
+// hand out exactly the frames a well-formed stream holds.
+func FuzzReadFrames(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 2, 'h', 'i', 0, 0, 0, 0})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0, 0, 0, 9, 1})
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		const max = 64
+		var got int
+		err := readFrames(bytes.NewReader(stream), max, func(frame []byte) {
+			if len(frame) > max {
+				t.Fatalf("frame of %d bytes over the limit", len(frame))
+			}
+			got += frameHeader + len(frame)
+		})
+		if err == nil && got != len(stream) {
+			t.Fatalf("clean end after %d of %d bytes", got, len(stream))
 		}
 	})
 }

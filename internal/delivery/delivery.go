@@ -1,6 +1,19 @@
 // Package delivery is the pusher→gateway transport: the pusher hands each
 // gateway one PushBatch per poll batch; the gateway writes the items to the
 // named connections.
+//
+// Two transports implement Sender and Receiver, and both pass the
+// conformance suite in deliverytest:
+//   - Redis sharded pub/sub (NewRedisSender, NewRedisReceiver): channel
+//     Channel(gateway_id) = "seqflow:push:{gateway_id}", value a
+//     proto-encoded PushBatch;
+//   - a direct TCP stream (NewTCPSender, NewTCPReceiver): the gateway
+//     listens and registers its address in a Registry (NewRedisRegistry:
+//     key "seqflow:gateway:{gateway_id}:push"); frames are a 4-byte
+//     big-endian length and a proto-encoded PushBatch.
+//
+// NewChainSender(tcp, redis) reaches each gateway by whichever transport it
+// serves. Batches larger than DefaultMaxFrameBytes are split by items.
 package delivery
 
 import (

@@ -46,6 +46,7 @@ func Run(t *testing.T, newTransport func(t *testing.T) Transport) {
 		{"RejectsOversizedItem", testOversizedItem},
 		{"NoReceiver", testNoReceiver},
 		{"ReceiverGone", testReceiverGone},
+		{"StuckReceiverDoesNotBlockSend", testStuckReceiver},
 		{"ReceiverRestarts", testReceiverRestarts},
 		{"ReceiveEndsWithContext", testReceiveEnds},
 		{"SendAfterClose", testSendAfterClose},
@@ -404,5 +405,58 @@ func testSendAfterClose(t *testing.T, tr Transport) {
 	err := tr.Sender.Send(ctx, &imv1.PushBatch{GatewayId: gatewayID(), Items: []*imv1.PushItem{event("s", 1, nil)}})
 	if !errors.Is(err, delivery.ErrClosed) {
 		t.Fatalf("Send after Close = %v, want ErrClosed", err)
+	}
+}
+
+// testStuckReceiver: a gateway whose handler stops returning must not make
+// Send block past its context, however much is sent to it.
+func testStuckReceiver(t *testing.T, tr Transport) {
+	gw := gatewayID()
+	rec := newRecorder()
+	release := make(chan struct{})
+	var once sync.Once
+	stuck := func(b *imv1.PushBatch) {
+		rec.handle(b)
+		if len(b.Items) > 0 && !strings.HasPrefix(b.Items[0].GetDuplicate().GetClientMsgId(), "probe:") {
+			<-release
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- tr.Receiver.Receive(ctx, gw, stuck) }()
+	t.Cleanup(func() {
+		once.Do(func() { close(release) })
+		cancel()
+		<-errc
+	})
+	deadline := time.Now().Add(waitFor)
+	for i := 0; ; i++ {
+		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+		_ = tr.Sender.Send(sctx, probe(gw, i))
+		scancel()
+		rec.mu.Lock()
+		ok := rec.probes > 0
+		rec.mu.Unlock()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("receiver never became ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	body := []byte(strings.Repeat("z", 64<<10))
+	const sendTimeout = 200 * time.Millisecond
+	for i := range 128 { // 8 MiB in all
+		b := &imv1.PushBatch{GatewayId: gw, Items: []*imv1.PushItem{event("s", int64(i+1), body)}}
+		sctx, scancel := context.WithTimeout(context.Background(), sendTimeout)
+		done := make(chan struct{})
+		go func() { _ = tr.Sender.Send(sctx, b); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(sendTimeout + 5*time.Second):
+			t.Fatalf("Send %d to a stuck gateway blocked past its context", i)
+		}
+		scancel()
 	}
 }

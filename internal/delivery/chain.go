@@ -1,0 +1,42 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// ChainSender tries its senders in order for each batch and moves to the
+// next only when one answers ErrNoReceiver, so gateways can move from one
+// transport to another one by one: with NewChainSender(tcp, redis), a
+// gateway that registered a stream address gets the stream, the others
+// pub/sub.
+type ChainSender struct{ senders []Sender }
+
+var _ Sender = (*ChainSender)(nil)
+
+// NewChainSender returns a sender over senders, tried in order.
+func NewChainSender(senders ...Sender) *ChainSender { return &ChainSender{senders: senders} }
+
+// Send hands b to the first sender that has a receiver for its gateway. It
+// returns the first error that is not ErrNoReceiver, or ErrNoReceiver when
+// no sender had a receiver.
+func (c *ChainSender) Send(ctx context.Context, b *imv1.PushBatch) error {
+	var err error
+	for _, s := range c.senders {
+		if err = s.Send(ctx, b); err == nil || !errors.Is(err, ErrNoReceiver) {
+			return err
+		}
+	}
+	return err
+}
+
+// Close closes every sender and returns their errors joined.
+func (c *ChainSender) Close() error {
+	var errs []error
+	for _, s := range c.senders {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
