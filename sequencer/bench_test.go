@@ -87,11 +87,17 @@ func BenchmarkSequencer_Throughput(b *testing.B) {
 			copyTopic(ctx, st.KafkaBrokers, topics.Uplink, ceiling, fmt.Sprintf("%sceil-%d", prefix, i))
 		})
 		seqRate := measure(b, adm, topics.Sequenced, n*(i+1), func(ctx context.Context) {
-			cfg, err := LoadConfig(config.FromMap(map[string]string{
+			env := map[string]string{
 				"SEQFLOW_KAFKA_BROKERS": strings.Join(st.KafkaBrokers, ","), "SEQFLOW_PG_URL": st.PGURL,
 				"SEQFLOW_TOPIC_PREFIX": prefix, "SEQUENCER_GROUP": fmt.Sprintf("%sseq-%d", prefix, i),
 				"SEQUENCER_INSTANCE_ID": fmt.Sprintf("%sbench-%d", prefix, i), "SEQUENCER_ADMIN_ADDR": "",
-			}))
+			}
+			for _, k := range []string{"SEQUENCER_STEP", "SEQUENCER_MAX_POLL_RECORDS"} { // to compare settings
+				if v := os.Getenv(k); v != "" {
+					env[k] = v
+				}
+			}
+			cfg, err := LoadConfig(config.FromMap(env))
 			if err != nil {
 				b.Error(err)
 				return
