@@ -517,21 +517,39 @@ func (c *Client) writeDelivered(ctx context.Context, cursors []wire.Cursor) erro
 	return cn.send(ctx, &wire.ClientFrame{Op: wire.OpDelivered, Cursors: cursors})
 }
 
-// Post enters a command into the in-flight window (blocking while it is
+// post enters a command into the in-flight window (blocking while it is
 // full, for at most ctx) and returns at once; the command is resent with
-// the same client_msg_id until the gateway answers it. Wait on the result
-// for the ACK.
+// the same client_msg_id until the gateway answers it.
 func (c *Client) post(ctx context.Context, f *wire.ClientFrame) (*Pending, error) {
 	select {
 	case <-c.stopped:
 		return nil, ErrClosed
 	default:
 	}
-	f.ClientMsgID = uuid.Must(uuid.NewV7()).String()
+	if f.ClientMsgID == "" {
+		f.ClientMsgID = NewMessageID()
+	}
 	return c.snd.post(ctx, f)
 }
 
-// Post sends a message to session without waiting for its ACK.
+// NewMessageID returns a fresh client_msg_id, a UUIDv7.
+func NewMessageID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// PostWithID is Post with a client_msg_id the caller chose (from
+// NewMessageID, and kept by the caller), for apps that record the ID
+// before the message leaves. Posting an ID already in flight is a no-op
+// that returns the command in flight.
+func (c *Client) PostWithID(ctx context.Context, clientMsgID, session string, m Content) (*Pending, error) {
+	if clientMsgID == "" {
+		return nil, errors.New("PostWithID: empty client_msg_id")
+	}
+	return c.post(ctx, &wire.ClientFrame{Op: wire.OpSend, ClientMsgID: clientMsgID, SessionID: session, Type: m.Type, Body: m.Body, ClientTs: time.Now().UnixMilli()})
+}
+
+// Post sends a message to session without waiting for its ACK: it enters
+// the in-flight window (blocking while the window is full, for at most
+// ctx) and is resent with the same client_msg_id until the gateway answers
+// it. Wait on the result for the ACK.
 func (c *Client) Post(ctx context.Context, session string, m Content) (*Pending, error) {
 	return c.post(ctx, &wire.ClientFrame{Op: wire.OpSend, SessionID: session, Type: m.Type, Body: m.Body, ClientTs: time.Now().UnixMilli()})
 }

@@ -114,6 +114,10 @@ func (s *sender) post(ctx context.Context, f *wire.ClientFrame) (*Pending, error
 		<-s.window
 		return nil, ErrClosed
 	}
+	if old, ok := s.byID[p.ClientMsgID]; ok && !old.finished {
+		<-s.window
+		return old, nil
+	}
 	s.track(p)
 	s.stats.Posted.Add(1)
 	if s.cur != nil {
