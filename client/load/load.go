@@ -1,0 +1,636 @@
+// Package load is seqflow's load generator as a library: N users connected
+// through the SDK to one or more gateways, M direct and group sessions, a
+// target message rate (or as fast as the in-flight windows allow) for a
+// duration, then a report of what was sent, acknowledged, delivered, lost,
+// duplicated and out of order, with exact latency percentiles for
+// send→ACK and send→deliver. `seqflow load` is a thin CLI over Run; the
+// chaos and benchmark suites call Run directly.
+package load
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/seqflow/seqflow/client"
+	"github.com/seqflow/seqflow/internal/auth"
+)
+
+// Options describe a load run. Zero values take the defaults named.
+type Options struct {
+	// Gateways are WebSocket URLs (ws://host:port); users are spread over
+	// them round robin. Default ws://127.0.0.1:8080.
+	Gateways []string
+	// Secret is the gateways' HS256 secret (GATEWAY_JWT_HS256_SECRET), used
+	// to mint one token per user. Required.
+	Secret string
+	// Users is the number of users, each one client (device "load").
+	// Default 10.
+	Users int
+	// Sessions is the number of sessions. Default 5.
+	Sessions int
+	// GroupShare is the fraction of sessions that are groups, 0..1; the
+	// rest are direct sessions of distinct pairs. Default (0) 0.5; a
+	// negative value means direct sessions only.
+	GroupShare float64
+	// GroupSize is the members per group, creator included, 2..Users.
+	// Default min(5, Users).
+	GroupSize int
+	// Rate is the target of messages per second over all users; 0 sends
+	// as fast as the in-flight windows allow. Default 0.
+	Rate float64
+	// Duration of the send phase. Default 10s.
+	Duration time.Duration
+	// BodyBytes is the size of each text body. Default 100.
+	BodyBytes int
+	// Drain bounds the wait, after the send phase, for outstanding ACKs
+	// and deliveries. Default 10s.
+	Drain time.Duration
+	// InFlight is each client's window of commands awaiting their ACK.
+	// Default 32.
+	InFlight int
+	// UserPrefix names the users (<prefix>-u0001...); default a random
+	// "ld<hex>" so runs never share sessions.
+	UserPrefix string
+	// Progress, when set, gets a one-line progress bar redrawn with \r.
+	Progress io.Writer
+	// Logger gets the clients' connection events. Default: discard.
+	Logger *slog.Logger
+}
+
+func (o *Options) defaults() error {
+	if len(o.Gateways) == 0 {
+		o.Gateways = []string{"ws://127.0.0.1:8080"}
+	}
+	if o.Users == 0 {
+		o.Users = 10
+	}
+	if o.Sessions == 0 {
+		o.Sessions = 5
+	}
+	switch {
+	case o.GroupShare == 0:
+		o.GroupShare = 0.5
+	case o.GroupShare < 0:
+		o.GroupShare = 0
+	}
+	if o.GroupSize == 0 {
+		o.GroupSize = min(5, o.Users)
+	}
+	if o.Duration == 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.BodyBytes == 0 {
+		o.BodyBytes = 100
+	}
+	if o.Drain == 0 {
+		o.Drain = 10 * time.Second
+	}
+	if o.InFlight == 0 {
+		o.InFlight = 32
+	}
+	if o.UserPrefix == "" {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		o.UserPrefix = "ld" + hex.EncodeToString(b)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	var errs []error
+	if o.Secret == "" {
+		errs = append(errs, errors.New("Secret: the gateways' HS256 secret is required"))
+	}
+	if o.Users < 2 {
+		errs = append(errs, fmt.Errorf("Users: %d, need at least 2", o.Users))
+	}
+	if o.Sessions < 1 {
+		errs = append(errs, fmt.Errorf("Sessions: %d, need at least 1", o.Sessions))
+	}
+	if o.GroupShare > 1 {
+		errs = append(errs, fmt.Errorf("GroupShare: %v not in 0..1", o.GroupShare))
+	}
+	if o.GroupSize < 2 || o.GroupSize > o.Users || o.GroupSize > 500 {
+		errs = append(errs, fmt.Errorf("GroupSize: %d not in 2..min(Users, 500)", o.GroupSize))
+	}
+	if direct := o.Sessions - o.groups(); direct > o.Users*(o.Users-1)/2 {
+		errs = append(errs, fmt.Errorf("Sessions: %d direct sessions need more than %d users", direct, o.Users))
+	}
+	if o.Rate < 0 {
+		errs = append(errs, fmt.Errorf("Rate: %v is negative", o.Rate))
+	}
+	if o.Duration < 0 || o.Drain < 0 {
+		errs = append(errs, errors.New("Duration and Drain must not be negative"))
+	}
+	if o.BodyBytes < 1 || o.BodyBytes > 16<<10 {
+		errs = append(errs, fmt.Errorf("BodyBytes: %d not in 1..16384", o.BodyBytes))
+	}
+	if o.InFlight < 1 {
+		errs = append(errs, fmt.Errorf("InFlight: %d, need at least 1", o.InFlight))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("load options: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (o *Options) groups() int { return int(float64(o.Sessions)*o.GroupShare + 0.5) }
+
+// session is one session of the run.
+type session struct {
+	id      string
+	direct  bool
+	members []int // user indexes
+}
+
+// sent is one message posted by the run.
+type sent struct {
+	at       time.Time
+	sender   int
+	session  *session
+	acked    bool
+	seq      int64 // from the ACK
+	eventSeq int64 // from the first event carrying it
+	// deliveredTo: recipients (user index) that received it.
+	deliveredTo map[int]bool
+}
+
+// run is the state of one Run.
+type run struct {
+	o       Options
+	users   []string
+	clients []*client.Client
+	byUser  map[string]int
+
+	mu        sync.Mutex
+	sessions  map[string]*session
+	msgs      map[string]*sent // client_msg_id → message
+	ackMs     []float64
+	deliverMs []float64
+	lastSeq   []map[string]int64 // per recipient: session → last seq handed over
+	created   map[string]map[int]bool
+	errs      map[string]int64
+	posted    int64
+	acked     int64
+	failed    int64
+	delivered int64
+	dups      int64
+	ooo       int64
+	late      int64 // found only by the final sync
+	lost      int64
+	wake      chan struct{}
+}
+
+// Run executes a load run and returns its report. ctx cancels it (the
+// report then covers what happened so far, with the error).
+func Run(ctx context.Context, o Options) (Report, error) {
+	if err := o.defaults(); err != nil {
+		return Report{}, err
+	}
+	signer, err := auth.NewHS256Signer([]byte(o.Secret))
+	if err != nil {
+		return Report{}, fmt.Errorf("token signer: %w", err)
+	}
+	r := &run{o: o, byUser: map[string]int{}, sessions: map[string]*session{}, msgs: map[string]*sent{},
+		created: map[string]map[int]bool{}, errs: map[string]int64{}, wake: make(chan struct{}, 1)}
+	ttl := o.Duration + o.Drain + 10*time.Minute
+	cctx, stopClients := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	runErrs := make(chan error, o.Users)
+	defer func() {
+		stopClients()
+		wg.Wait()
+	}()
+	for i := range o.Users {
+		u := fmt.Sprintf("%s-u%04d", o.UserPrefix, i+1)
+		r.users = append(r.users, u)
+		r.byUser[u] = i
+		r.lastSeq = append(r.lastSeq, map[string]int64{})
+		tok, err := signer.Mint(u, "load", ttl)
+		if err != nil {
+			return Report{}, fmt.Errorf("mint token: %w", err)
+		}
+		i := i
+		c, err := client.New(client.Options{
+			URLs: []string{o.Gateways[i%len(o.Gateways)]}, Token: tok, InFlight: o.InFlight, SkipHistory: true,
+			OnEvent: func(e client.Event) { r.onEvent(i, e) }, OnFinish: r.onFinish, Logger: o.Logger.With("user_id", u),
+		})
+		if err != nil {
+			return Report{}, err
+		}
+		r.clients = append(r.clients, c)
+		wg.Go(func() {
+			if err := c.Run(cctx); err != nil && !errors.Is(err, context.Canceled) {
+				runErrs <- fmt.Errorf("client %s: %w", u, err)
+			}
+		})
+	}
+	if err := r.setup(ctx, runErrs); err != nil {
+		return Report{}, err
+	}
+	began := time.Now()
+	r.send(ctx)
+	sendSecs := time.Since(began).Seconds()
+	r.drain(ctx)
+	r.verify(ctx)
+	rep := r.report(sendSecs)
+	if r.o.Progress != nil {
+		fmt.Fprintln(r.o.Progress)
+	}
+	select {
+	case err := <-runErrs:
+		return rep, err
+	default:
+	}
+	return rep, ctx.Err()
+}
+
+// setup creates the sessions and waits until every member holds the
+// session's first event: then its gateway knows the membership.
+func (r *run) setup(ctx context.Context, runErrs chan error) error {
+	o := r.o
+	rnd := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	nGroups := o.groups()
+	pairs := map[[2]int]bool{}
+	var plan []*session
+	for i := range o.Sessions {
+		if i < nGroups {
+			m := rnd.Perm(o.Users)[:o.GroupSize]
+			plan = append(plan, &session{members: m})
+			continue
+		}
+		for {
+			a, b := rnd.IntN(o.Users), rnd.IntN(o.Users)
+			if a == b || pairs[[2]int{min(a, b), max(a, b)}] {
+				continue
+			}
+			pairs[[2]int{min(a, b), max(a, b)}] = true
+			plan = append(plan, &session{direct: true, members: []int{a, b}})
+			break
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	sem := make(chan struct{}, 16)
+	errc := make(chan error, len(plan))
+	var wg sync.WaitGroup
+	for _, s := range plan {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c := r.clients[s.members[0]]
+			var err error
+			if s.direct {
+				s.id, err = c.OpenDirect(sctx, r.users[s.members[1]])
+			} else {
+				var names []string
+				for _, m := range s.members[1:] {
+					names = append(names, r.users[m])
+				}
+				var a client.Ack
+				a, err = c.CreateGroup(sctx, "load", names...)
+				s.id = a.SessionID
+			}
+			if err != nil {
+				errc <- fmt.Errorf("create session for %s: %w", r.users[s.members[0]], err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return err
+	}
+	r.mu.Lock()
+	for _, s := range plan {
+		r.sessions[s.id] = s
+	}
+	r.mu.Unlock()
+	for {
+		r.mu.Lock()
+		ready := 0
+		for _, s := range plan {
+			if len(r.created[s.id]) == len(s.members) {
+				ready++
+			}
+		}
+		r.mu.Unlock()
+		if ready == len(plan) {
+			return nil
+		}
+		select {
+		case err := <-runErrs:
+			return err
+		case <-sctx.Done():
+			return fmt.Errorf("sessions ready: %d of %d within 60s: %w", ready, len(plan), sctx.Err())
+		case <-r.wake:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (r *run) body(n int64) client.Content {
+	head := fmt.Sprintf("load %d ", n)
+	if len(head) >= r.o.BodyBytes {
+		return client.Text(head[:r.o.BodyBytes])
+	}
+	return client.Text(head + strings.Repeat("x", r.o.BodyBytes-len(head)))
+}
+
+// send runs the send phase: paced over all users at Rate, or one loop
+// per user as fast as its window allows.
+func (r *run) send(ctx context.Context) {
+	o := r.o
+	sctx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	of := make([][]*session, o.Users)
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.sessions))
+	for id := range r.sessions {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s := r.sessions[id]
+		for _, m := range s.members {
+			of[m] = append(of[m], s)
+		}
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	stopBar := r.progress(sctx, time.Now())
+	defer stopBar()
+	post := func(u int, s *session, at time.Time, n int64) {
+		id := client.NewMessageID()
+		r.mu.Lock()
+		r.msgs[id] = &sent{at: at, sender: u, session: s}
+		r.mu.Unlock()
+		if _, err := r.clients[u].PostWithID(sctx, id, s.id, r.body(n)); err != nil {
+			r.mu.Lock()
+			delete(r.msgs, id) // the window stayed full until the phase ended
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Lock()
+		r.posted++
+		r.mu.Unlock()
+	}
+	if o.Rate > 0 {
+		// One pacer; a worker per user so a full window delays only that
+		// user. Latency counts from the scheduled time, so a stalled user
+		// does not hide its wait (no coordinated omission).
+		queues := make([]chan time.Time, o.Users)
+		for u := range queues {
+			queues[u] = make(chan time.Time, 4096)
+			wg.Go(func() {
+				rnd := mrand.New(mrand.NewPCG(uint64(u), 11))
+				var n int64
+				for at := range queues[u] {
+					n++
+					post(u, of[u][rnd.IntN(len(of[u]))], at, n)
+				}
+			})
+		}
+		defer func() {
+			for _, q := range queues {
+				close(q)
+			}
+		}()
+		var senders []int
+		for u := range of {
+			if len(of[u]) > 0 {
+				senders = append(senders, u)
+			}
+		}
+		rnd := mrand.New(mrand.NewPCG(3, 5))
+		interval := time.Duration(float64(time.Second) / o.Rate)
+		next := time.Now()
+		for {
+			if d := time.Until(next); d > 0 {
+				select {
+				case <-sctx.Done():
+					return
+				case <-time.After(d):
+				}
+			} else if sctx.Err() != nil {
+				return
+			}
+			u := senders[rnd.IntN(len(senders))]
+			select {
+			case queues[u] <- next:
+			default:
+				r.mu.Lock()
+				r.errs["generator_queue_full"]++
+				r.mu.Unlock()
+			}
+			next = next.Add(interval)
+		}
+	}
+	for u := range of {
+		if len(of[u]) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			rnd := mrand.New(mrand.NewPCG(uint64(u), 13))
+			var n int64
+			for sctx.Err() == nil {
+				n++
+				post(u, of[u][rnd.IntN(len(of[u]))], time.Now(), n)
+			}
+		})
+	}
+}
+
+// onFinish records a command's answer (called from the client's reader).
+func (r *run) onFinish(p *client.Pending) {
+	ack, err := p.Result()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.msgs[p.ClientMsgID]
+	if m == nil {
+		return // a setup command
+	}
+	if err != nil {
+		r.failed++
+		var se *client.ServerError
+		if errors.As(err, &se) {
+			r.errs[se.Name]++
+		} else {
+			r.errs["client_closed"]++
+		}
+		return
+	}
+	m.acked, m.seq = true, ack.Seq
+	if m.eventSeq != 0 && m.eventSeq != ack.Seq {
+		r.dups++
+	}
+	r.acked++
+	r.ackMs = append(r.ackMs, ms(time.Since(m.at)))
+	r.signal()
+}
+
+// onEvent records what recipient u's app was handed.
+func (r *run) onEvent(u int, e client.Event) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.Kind == "session_create" {
+		if r.created[e.SessionID] == nil {
+			r.created[e.SessionID] = map[int]bool{}
+		}
+		r.created[e.SessionID][u] = true
+		r.signal()
+	}
+	last := r.lastSeq[u][e.SessionID]
+	switch {
+	case e.Seq == last:
+		r.dups++
+		return
+	case e.Seq < last:
+		r.ooo++
+		return
+	}
+	r.lastSeq[u][e.SessionID] = e.Seq
+	if e.Kind != "message" {
+		return
+	}
+	m := r.msgs[e.ClientMsgID]
+	if m != nil {
+		// The same client message under two seqs would be a duplicate made
+		// by the pipeline, not by the push path.
+		if m.eventSeq == 0 {
+			m.eventSeq = e.Seq
+		} else if m.eventSeq != e.Seq {
+			r.dups++
+			return
+		}
+	}
+	if m == nil || u == m.sender {
+		return
+	}
+	if m.deliveredTo == nil {
+		m.deliveredTo = map[int]bool{}
+	}
+	if m.deliveredTo[u] {
+		r.dups++
+		return
+	}
+	m.deliveredTo[u] = true
+	r.delivered++
+	r.deliverMs = append(r.deliverMs, ms(now.Sub(m.at)))
+	r.signal()
+}
+
+func (r *run) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// missing returns, per recipient and session, the acked messages not yet
+// delivered; open counts commands not yet answered.
+func (r *run) missingLocked() (missing map[[2]string][]string, open int64) {
+	missing = map[[2]string][]string{}
+	for id, m := range r.msgs {
+		if !m.acked {
+			continue
+		}
+		for _, u := range m.session.members {
+			if u != m.sender && !m.deliveredTo[u] {
+				k := [2]string{r.users[u], m.session.id}
+				missing[k] = append(missing[k], id)
+			}
+		}
+	}
+	return missing, r.posted - r.acked - r.failed
+}
+
+// drain waits for outstanding ACKs and deliveries, at most Drain.
+func (r *run) drain(ctx context.Context) {
+	dctx, cancel := context.WithTimeout(ctx, r.o.Drain)
+	defer cancel()
+	stopBar := r.progress(dctx, time.Now())
+	defer stopBar()
+	for {
+		r.mu.Lock()
+		missing, open := r.missingLocked()
+		r.mu.Unlock()
+		if len(missing) == 0 && open == 0 {
+			return
+		}
+		select {
+		case <-dctx.Done():
+			return
+		case <-r.wake:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// verify looks for every acked message still missing at a recipient: a
+// resync of that recipient first (its SDK then delivers what the store
+// has), then a direct sync of the session. What sync returns is late, not
+// lost; what it does not return is lost.
+func (r *run) verify(ctx context.Context) {
+	r.mu.Lock()
+	missing, _ := r.missingLocked()
+	r.mu.Unlock()
+	if len(missing) == 0 {
+		return
+	}
+	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	resynced := map[string]bool{}
+	for k := range missing {
+		if !resynced[k[0]] {
+			resynced[k[0]] = true
+			_ = r.clients[r.byUser[k[0]]].Resync(vctx)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	r.mu.Lock()
+	missing, _ = r.missingLocked()
+	r.mu.Unlock()
+	for k, ids := range missing {
+		found := map[string]bool{}
+		after := int64(0)
+		for {
+			evs, more, err := r.clients[r.byUser[k[0]]].Sync(vctx, k[1], after, 200)
+			if err != nil {
+				r.mu.Lock()
+				r.errs["verify_sync_failed"]++
+				r.mu.Unlock()
+				break
+			}
+			for _, e := range evs {
+				found[e.ClientMsgID] = true
+				after = e.Seq
+			}
+			if !more || len(evs) == 0 {
+				break
+			}
+		}
+		r.mu.Lock()
+		for _, id := range ids {
+			if found[id] {
+				r.late++
+			} else {
+				r.lost++
+			}
+		}
+		r.mu.Unlock()
+	}
+}

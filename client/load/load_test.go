@@ -1,0 +1,143 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seqflow/seqflow/client/clienttest"
+)
+
+// TestRun drives a short paced run through two gateway processes of the
+// real pipeline and checks the report: everything sent is acked and
+// delivered once, in order, nothing lost, and the JSON keys the chaos and
+// benchmark suites read are there.
+func TestRun(t *testing.T) {
+	p := clienttest.Start(t)
+	g1, g2 := p.Gateway(t, "gw-1"), p.Gateway(t, "gw-2")
+	cases := []struct {
+		name string
+		o    Options
+	}{
+		{"paced, direct and group sessions", Options{Users: 6, Sessions: 4, GroupShare: 0.5, GroupSize: 3, Rate: 100, Duration: 3 * time.Second}},
+		{"as fast as possible", Options{Users: 4, Sessions: 2, GroupShare: 1, GroupSize: 4, Duration: 2 * time.Second, InFlight: 8}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.o
+			o.Gateways, o.Secret, o.BodyBytes, o.Drain = []string{g1.URL, g2.URL}, clienttest.Secret, 64, 20*time.Second
+			var bar bytes.Buffer
+			o.Progress = &bar
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			rep, err := Run(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tb strings.Builder
+			_ = rep.Table(&tb)
+			t.Logf("\n%s", tb.String())
+			if rep.Sent < 20 || rep.Acked != rep.Sent || rep.Failed != 0 {
+				t.Fatalf("sent %d acked %d failed %d: want all of at least 20 acked", rep.Sent, rep.Acked, rep.Failed)
+			}
+			if rep.Delivered != rep.Expected || rep.Lost != 0 || rep.Late != 0 || rep.Duplicated != 0 || rep.OutOfOrder != 0 {
+				t.Fatalf("delivered %d of %d, late %d lost %d dup %d ooo %d", rep.Delivered, rep.Expected, rep.Late, rep.Lost, rep.Duplicated, rep.OutOfOrder)
+			}
+			if c.o.Rate > 0 && (rep.Sent < int64(0.8*c.o.Rate*c.o.Duration.Seconds()) || rep.Sent > int64(1.1*c.o.Rate*c.o.Duration.Seconds())+1) {
+				t.Fatalf("sent %d at rate %v for %v", rep.Sent, c.o.Rate, c.o.Duration)
+			}
+			if !(rep.AckP50Ms > 0 && rep.AckP50Ms <= rep.AckP90Ms && rep.AckP90Ms <= rep.AckP99Ms && rep.AckP99Ms <= rep.AckP999Ms &&
+				rep.DeliverP50Ms > 0 && rep.DeliverP50Ms <= rep.DeliverP999Ms) {
+				t.Fatalf("percentiles not ordered: %+v", rep)
+			}
+			b, _ := json.Marshal(rep)
+			var keys map[string]any
+			_ = json.Unmarshal(b, &keys)
+			for _, k := range []string{"sent", "acked", "delivered", "lost", "duplicated", "out_of_order", "ack_p50_ms", "ack_p90_ms",
+				"ack_p99_ms", "ack_p999_ms", "deliver_p50_ms", "deliver_p90_ms", "deliver_p99_ms", "deliver_p999_ms", "duration_s", "rate_msgs_per_s"} {
+				if _, ok := keys[k]; !ok {
+					t.Fatalf("JSON report has no %q: %s", k, b)
+				}
+			}
+			if !strings.Contains(bar.String(), "\r[") || !strings.Contains(bar.String(), "acked") {
+				t.Fatalf("no progress bar drawn: %q", bar.String())
+			}
+		})
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	s := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	cases := []struct {
+		q    float64
+		want float64
+	}{{0, 1}, {0.1, 1}, {0.5, 5}, {0.9, 9}, {0.91, 10}, {0.999, 10}, {1, 10}}
+	for _, c := range cases {
+		t.Run("", func(t *testing.T) {
+			if got := Quantile(s, c.q); got != c.want {
+				t.Fatalf("Quantile(%v) = %v, want %v", c.q, got, c.want)
+			}
+		})
+	}
+	if Quantile(nil, 0.5) != 0 {
+		t.Fatal("quantile of no samples")
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		o    Options
+		want []string
+	}{
+		{"defaults need a secret", Options{}, []string{"Secret"}},
+		{"valid", Options{Secret: "s"}, nil},
+		{"too many direct sessions for the users", Options{Secret: "s", Users: 3, Sessions: 10, GroupShare: -1}, []string{"direct sessions"}},
+		{"bad ranges", Options{Secret: "s", Users: 1, GroupShare: 2, Rate: -1, BodyBytes: 1 << 20}, []string{"Users", "GroupShare", "Rate", "BodyBytes"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.o
+			err := o.defaults()
+			if c.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("%q does not name %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestPlotHTMLIsSelfContained(t *testing.T) {
+	rep := Report{Users: 2, AckSamples: []float64{1, 2, 3, 50}, DeliverSamples: []float64{2, 4, 8, 100, 900}}
+	var b bytes.Buffer
+	if err := rep.PlotHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	s := b.String()
+	for _, want := range []string{"<svg", "<polyline", "send→ACK", "send→deliver", "p99"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("plot has no %q", want)
+		}
+	}
+	for _, bad := range []string{"<script", "src=", "href=", "@import"} {
+		if strings.Contains(s, bad) {
+			t.Fatalf("plot references something outside itself: %q", bad)
+		}
+	}
+	if strings.Count(s, "<polyline") != 2 {
+		t.Fatal("want one line per latency")
+	}
+}

@@ -1,0 +1,197 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the outcome of a run. Its JSON keys are stable: the chaos and
+// benchmark suites read them.
+type Report struct {
+	Users      int     `json:"users"`
+	Sessions   int     `json:"sessions"`
+	Groups     int     `json:"groups"`
+	GroupSize  int     `json:"group_size"`
+	Gateways   int     `json:"gateways"`
+	BodyBytes  int     `json:"body_bytes"`
+	TargetRate float64 `json:"target_rate_msgs_per_s"` // 0: as fast as possible
+
+	// Sent counts messages posted; Acked those with an ok ACK (a seq);
+	// Failed those answered with a final error or not answered by the end
+	// of the drain.
+	Sent   int64 `json:"sent"`
+	Acked  int64 `json:"acked"`
+	Failed int64 `json:"failed"`
+	// Expected is acked messages times their recipients (members other
+	// than the sender); Delivered the distinct (message, recipient) pairs
+	// handed to a recipient's app.
+	Expected  int64 `json:"expected_deliveries"`
+	Delivered int64 `json:"delivered"`
+	// Late: acked, not delivered by the end, but returned by a final sync
+	// of the recipient. Lost: acked and neither delivered nor returned by
+	// sync.
+	Late int64 `json:"late"`
+	Lost int64 `json:"lost"`
+	// Duplicated: an event handed to an app twice, or one client message
+	// under two seqs. OutOfOrder: an event handed over below a seq the app
+	// already had for the session.
+	Duplicated int64 `json:"duplicated"`
+	OutOfOrder int64 `json:"out_of_order"`
+
+	AckP50Ms      float64 `json:"ack_p50_ms"`
+	AckP90Ms      float64 `json:"ack_p90_ms"`
+	AckP99Ms      float64 `json:"ack_p99_ms"`
+	AckP999Ms     float64 `json:"ack_p999_ms"`
+	AckMaxMs      float64 `json:"ack_max_ms"`
+	DeliverP50Ms  float64 `json:"deliver_p50_ms"`
+	DeliverP90Ms  float64 `json:"deliver_p90_ms"`
+	DeliverP99Ms  float64 `json:"deliver_p99_ms"`
+	DeliverP999Ms float64 `json:"deliver_p999_ms"`
+	DeliverMaxMs  float64 `json:"deliver_max_ms"`
+
+	// DurationS is the send phase; RateMsgsPerS is Acked over it.
+	DurationS    float64 `json:"duration_s"`
+	RateMsgsPerS float64 `json:"rate_msgs_per_s"`
+
+	// Client-side counters summed over all clients.
+	Reconnects      int64 `json:"reconnects"`
+	Resent          int64 `json:"resent"`
+	RetryableErrors int64 `json:"retryable_errors"`
+	GapFills        int64 `json:"gap_fills"`
+	// Errors counts final errors by name (and generator_queue_full when
+	// the paced generator could not hand a message to a stalled user).
+	Errors map[string]int64 `json:"errors"`
+
+	// AckSamples and DeliverSamples are the sorted latencies in ms, for
+	// the plot.
+	AckSamples     []float64 `json:"-"`
+	DeliverSamples []float64 `json:"-"`
+}
+
+func (r *run) report(sendSecs float64) Report {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.o
+	rep := Report{
+		Users: o.Users, Sessions: o.Sessions, Groups: o.groups(), GroupSize: o.GroupSize, Gateways: len(o.Gateways),
+		BodyBytes: o.BodyBytes, TargetRate: o.Rate,
+		Sent: r.posted, Acked: r.acked, Failed: r.posted - r.acked, Delivered: r.delivered,
+		Late: r.late, Lost: r.lost, Duplicated: r.dups, OutOfOrder: r.ooo,
+		DurationS: sendSecs, Errors: map[string]int64{},
+	}
+	for k, v := range r.errs {
+		rep.Errors[k] = v
+	}
+	if unanswered := r.posted - r.acked - r.failed; unanswered > 0 {
+		rep.Errors["unanswered"] = unanswered
+	}
+	for _, m := range r.msgs {
+		if m.acked {
+			rep.Expected += int64(len(m.session.members) - 1)
+		}
+	}
+	if sendSecs > 0 {
+		rep.RateMsgsPerS = float64(r.acked) / sendSecs
+	}
+	rep.AckSamples = slices.Clone(r.ackMs)
+	rep.DeliverSamples = slices.Clone(r.deliverMs)
+	slices.Sort(rep.AckSamples)
+	slices.Sort(rep.DeliverSamples)
+	a, d := rep.AckSamples, rep.DeliverSamples
+	rep.AckP50Ms, rep.AckP90Ms, rep.AckP99Ms, rep.AckP999Ms, rep.AckMaxMs = Quantile(a, 0.5), Quantile(a, 0.9), Quantile(a, 0.99), Quantile(a, 0.999), Quantile(a, 1)
+	rep.DeliverP50Ms, rep.DeliverP90Ms, rep.DeliverP99Ms, rep.DeliverP999Ms, rep.DeliverMaxMs = Quantile(d, 0.5), Quantile(d, 0.9), Quantile(d, 0.99), Quantile(d, 0.999), Quantile(d, 1)
+	for _, c := range r.clients {
+		st := c.Stats()
+		rep.Reconnects += max(st.Connects-1, 0)
+		rep.Resent += st.Resent
+		rep.RetryableErrors += st.RetryableErrors
+		rep.GapFills += st.Gaps
+	}
+	return rep
+}
+
+// Quantile returns the q-quantile (0..1) of sorted samples by the
+// nearest-rank method: the smallest sample with at least q of all samples
+// at or below it. 0 for no samples.
+func Quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// Table writes the report as a text table.
+func (rep Report) Table(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	rate := "as fast as possible"
+	if rep.TargetRate > 0 {
+		rate = fmt.Sprintf("%.0f msg/s", rep.TargetRate)
+	}
+	fmt.Fprintf(w, "%d users, %d sessions (%d groups of %d), %d gateways, %d-byte bodies, target %s, %.1fs\n\n",
+		rep.Users, rep.Sessions, rep.Groups, rep.GroupSize, rep.Gateways, rep.BodyBytes, rate, rep.DurationS)
+	fmt.Fprintln(tw, "sent\tacked\tfailed\tdelivered\texpected\tlate\tlost\tduplicated\tout_of_order\tmsg/s\t")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t\n", rep.Sent, rep.Acked, rep.Failed, rep.Delivered, rep.Expected,
+		rep.Late, rep.Lost, rep.Duplicated, rep.OutOfOrder, rep.RateMsgsPerS)
+	fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t")
+	fmt.Fprintln(tw, "latency ms\tp50\tp90\tp99\tp99.9\tmax\tsamples\t")
+	fmt.Fprintf(tw, "send→ACK\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n", rep.AckP50Ms, rep.AckP90Ms, rep.AckP99Ms, rep.AckP999Ms, rep.AckMaxMs, len(rep.AckSamples))
+	fmt.Fprintf(tw, "send→deliver\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n", rep.DeliverP50Ms, rep.DeliverP90Ms, rep.DeliverP99Ms, rep.DeliverP999Ms, rep.DeliverMaxMs, len(rep.DeliverSamples))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nclients: %d reconnects, %d resends, %d retryable errors, %d gap fills\n", rep.Reconnects, rep.Resent, rep.RetryableErrors, rep.GapFills)
+	if len(rep.Errors) > 0 {
+		var parts []string
+		for k, v := range rep.Errors {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+		}
+		slices.Sort(parts)
+		_, err := fmt.Fprintf(w, "errors: %s\n", strings.Join(parts, " "))
+		return err
+	}
+	return nil
+}
+
+// progress draws a progress bar until the returned stop is called or ctx
+// ends; a no-op without Options.Progress.
+func (r *run) progress(ctx context.Context, began time.Time) func() {
+	if r.o.Progress == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	total := r.o.Duration
+	go func() {
+		defer close(done)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			r.draw(time.Since(began), total)
+			select {
+			case <-ctx.Done():
+				r.draw(time.Since(began), total)
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func (r *run) draw(el, total time.Duration) {
+	r.mu.Lock()
+	sent, acked, del, failed := r.posted, r.acked, r.delivered, r.failed
+	r.mu.Unlock()
+	frac := min(float64(el)/float64(max(total, 1)), 1)
+	const width = 30
+	n := int(frac * width)
+	fmt.Fprintf(r.o.Progress, "\r[%s%s] %5.1fs sent %d acked %d delivered %d failed %d   ",
+		strings.Repeat("#", n), strings.Repeat(".", width-n), el.Seconds(), sent, acked, del, failed)
+}
