@@ -6,7 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -28,11 +31,13 @@ type tapLine struct {
 	Event     json.RawMessage `json:"event"`
 }
 
-func runTap(ctx context.Context, args []string) error {
+func runTap(ctx context.Context, args []string) error { return tap(ctx, os.Stdout, args) }
+
+func tap(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("tap", flag.ContinueOnError)
 	topic := fs.String("topic", eventlog.TopicSequenced, "topic to read (without prefix)")
 	prefix := fs.String("topic-prefix", os.Getenv("SEQFLOW_TOPIC_PREFIX"), "topic name prefix")
-	from := fs.String("from", "end", "where to start: start, end, or an RFC 3339 time")
+	from := fs.String("from", "end", "where to start: start, end, an RFC 3339 time, offset:N (every partition) or offset:P=N,P=N (only those partitions)")
 	session := fs.String("session", "", "only this session")
 	typ := fs.String("type", "", "only this event type (message, membership, ...)")
 	limit := fs.Int("n", 0, "stop after n events (0 = run until interrupted)")
@@ -51,30 +56,26 @@ func runTap(ctx context.Context, args []string) error {
 	if !ok {
 		return fmt.Errorf("unknown topic %q", *topic)
 	}
-	offset := kgo.NewOffset().AtEnd()
-	switch *from {
-	case "start":
-		offset = kgo.NewOffset().AtStart()
-	case "end":
-	default:
-		t, err := time.Parse(time.RFC3339, *from)
-		if err != nil {
-			return fmt.Errorf("-from %q: want start, end or an RFC 3339 time", *from)
-		}
-		offset = kgo.NewOffset().AfterMilli(t.UnixMilli())
+	offset, parts, err := tapStart(*from)
+	if err != nil {
+		return err
 	}
 	st := stack.Load()
 	if len(st.KafkaBrokers) == 0 {
 		return fmt.Errorf("no Kafka brokers: set SEQFLOW_KAFKA_BROKERS or run `go tool task up`")
 	}
+	consume := kgo.ConsumeTopics(*prefix + *topic)
+	if parts != nil {
+		consume = kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*prefix + *topic: parts})
+	}
 	cl, err := kgo.NewClient(append(eventlog.ClientOpts(st.KafkaBrokers, "seqflow-tap"),
-		kgo.ConsumeTopics(*prefix+*topic), kgo.ConsumeResetOffset(offset),
+		consume, kgo.ConsumeResetOffset(offset),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	enc := json.NewEncoder(os.Stdout)
+	enc := json.NewEncoder(out)
 	n := 0
 	for {
 		pctx, cancel := ctx, context.CancelFunc(func() {})
@@ -117,4 +118,36 @@ func runTap(ctx context.Context, args []string) error {
 			}
 		}
 	}
+}
+
+// tapStart parses -from: the reset offset for every partition, or (for
+// offset:P=N,...) the exact start of each listed partition.
+func tapStart(from string) (kgo.Offset, map[int32]kgo.Offset, error) {
+	switch from {
+	case "start":
+		return kgo.NewOffset().AtStart(), nil, nil
+	case "end":
+		return kgo.NewOffset().AtEnd(), nil, nil
+	}
+	if spec, ok := strings.CutPrefix(from, "offset:"); ok {
+		if n, err := strconv.ParseInt(spec, 10, 64); err == nil && n >= 0 {
+			return kgo.NewOffset().At(n), nil, nil
+		}
+		parts := map[int32]kgo.Offset{}
+		for _, kv := range strings.Split(spec, ",") {
+			p, n, ok := strings.Cut(kv, "=")
+			pi, perr := strconv.ParseInt(p, 10, 32)
+			ni, nerr := strconv.ParseInt(n, 10, 64)
+			if !ok || perr != nil || nerr != nil || pi < 0 || ni < 0 {
+				return kgo.Offset{}, nil, fmt.Errorf("-from %q: want offset:N or offset:P=N,P=N with non-negative numbers", from)
+			}
+			parts[int32(pi)] = kgo.NewOffset().At(ni)
+		}
+		return kgo.NewOffset().AtStart(), parts, nil
+	}
+	t, err := time.Parse(time.RFC3339, from)
+	if err != nil {
+		return kgo.Offset{}, nil, fmt.Errorf("-from %q: want start, end, an RFC 3339 time, offset:N or offset:P=N,...", from)
+	}
+	return kgo.NewOffset().AfterMilli(t.UnixMilli()), nil, nil
 }
