@@ -34,7 +34,7 @@ const wait = 30 * time.Second
 // Kafka, the local Redis, and helpers to play the sequencer (producing
 // SequencedEvents transactionally, as it does) and the gateways.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	st     stack.Stack
 	prefix string
 	topics eventlog.Topics
@@ -47,7 +47,7 @@ type env struct {
 	mu     sync.Mutex
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	st := stack.Require(t, "kafka", "redis")
 	id := uuid.NewString()[:8]
@@ -142,7 +142,7 @@ func (e *env) startPusher(cfg Config) *running {
 	return r
 }
 
-func (r *running) stop(t *testing.T) {
+func (r *running) stop(t testing.TB) {
 	r.stopOnce.Do(func() {
 		r.cancel()
 		select {
@@ -322,7 +322,7 @@ func (g *gateway) duplicates(c presence.Conn) []*imv1.DuplicateAck {
 }
 
 // eventually polls cond until it holds or the wait ends.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for !cond() {

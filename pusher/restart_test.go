@@ -21,7 +21,7 @@ import (
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

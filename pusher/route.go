@@ -112,16 +112,33 @@ func buildPlan(events []routed, dups []*imv1.DuplicateAck, online map[string][]p
 }
 
 // users returns every user whose presence the poll batch needs, once each.
+// Membership only changes at session_create and membership events, and
+// those list everyone the session had before or after, so a later event of
+// the same session adds nobody but its sender: a poll of many messages in
+// one large group costs one pass over the group, not one per message.
 func users(events []routed, dups []*imv1.DuplicateAck) []string {
-	seen := map[string]struct{}{}
-	var out []string
+	if len(events) == 1 && len(dups) == 0 {
+		return events[0].recipients // already unique
+	}
+	total := len(dups)
+	for _, r := range events {
+		total += len(r.recipients)
+	}
+	seen := make(map[string]struct{}, min(total, 1<<16))
+	out := make([]string, 0, min(total, 1<<16))
 	put := func(u string) {
 		if _, ok := seen[u]; !ok {
 			seen[u] = struct{}{}
 			out = append(out, u)
 		}
 	}
+	done := map[string]bool{}
 	for _, r := range events {
+		if done[r.ev.SessionId] && r.ev.GetSessionCreate() == nil && r.ev.GetMembership() == nil {
+			put(r.ev.SenderUserId)
+			continue
+		}
+		done[r.ev.SessionId] = true
 		for _, u := range r.recipients {
 			put(u)
 		}

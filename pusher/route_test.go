@@ -265,3 +265,41 @@ func TestIsFatal(t *testing.T) {
 		})
 	}
 }
+
+func TestUsers(t *testing.T) {
+	add := func(seq int64, users ...string) *imv1.SequencedEvent {
+		return &imv1.SequencedEvent{SessionId: "s", Seq: seq, SenderUserId: "alice",
+			Payload: &imv1.SequencedEvent_Membership{Membership: &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: users}}}
+	}
+	cases := []struct {
+		name   string
+		events []routed
+		dups   []*imv1.DuplicateAck
+		want   []string
+	}{
+		{"one event", []routed{{ev: textEv("s", 1, "alice", ""), recipients: []string{"alice", "bob"}}}, nil, []string{"alice", "bob"}},
+		{"later messages add only their sender", []routed{
+			{ev: textEv("s", 1, "alice", ""), recipients: []string{"alice", "bob"}},
+			{ev: textEv("s", 2, "zed", ""), recipients: []string{"alice", "bob", "zed"}},
+		}, nil, []string{"alice", "bob", "zed"}},
+		{"a membership event in between counts in full", []routed{
+			{ev: textEv("s", 1, "alice", ""), recipients: []string{"alice", "bob"}},
+			{ev: add(2, "carol"), recipients: []string{"alice", "bob", "carol"}},
+			{ev: textEv("s", 3, "bob", ""), recipients: []string{"alice", "bob", "carol"}},
+		}, nil, []string{"alice", "bob", "carol"}},
+		{"sessions are separate", []routed{
+			{ev: textEv("s", 1, "alice", ""), recipients: []string{"alice"}},
+			{ev: textEv("t", 1, "dave", ""), recipients: []string{"dave", "erin"}},
+		}, nil, []string{"alice", "dave", "erin"}},
+		{"duplicate senders", []routed{{ev: textEv("s", 1, "alice", ""), recipients: []string{"alice"}}},
+			[]*imv1.DuplicateAck{{SenderUserId: "frank"}, {SenderUserId: "alice"}}, []string{"alice", "frank"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := slices.Sorted(slices.Values(users(c.events, c.dups)))
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("users = %v, want %v", got, c.want)
+			}
+		})
+	}
+}

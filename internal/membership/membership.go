@@ -30,6 +30,20 @@ type Partition struct {
 type session struct {
 	members map[string]struct{}
 	lastSeq int64
+	list    []string // members as a slice, built on demand; nil after a change
+}
+
+// memberList returns s's members as a shared slice, rebuilding it only
+// after a change: a 10,000-member group then costs no allocation per
+// message.
+func (s *session) memberList() []string {
+	if s.list == nil {
+		s.list = make([]string, 0, len(s.members))
+		for u := range s.members {
+			s.list = append(s.list, u)
+		}
+	}
+	return s.list
 }
 
 // NewPartition returns an empty Partition.
@@ -56,7 +70,8 @@ func (p *Partition) Members(sessionID string) []string {
 // Result is who receives one event.
 type Result struct {
 	// Recipients are the users that receive the event, the sender among
-	// them, each once, in no particular order.
+	// them, each once, in no particular order. The slice may be shared
+	// with later results: do not modify it.
 	Recipients []string
 	// Known is false when the session has no session_create or membership
 	// event in the log before this one: only the sender receives it.
@@ -91,10 +106,12 @@ func (p *Partition) Apply(ev *imv1.SequencedEvent) Result {
 				s.members[u] = struct{}{}
 			}
 			s.members[ev.SenderUserId] = struct{}{}
+			s.list = nil
 		case change != nil && change.Op == imv1.MembershipChange_OP_ADD:
 			for _, u := range change.UserIds {
 				s.members[u] = struct{}{}
 			}
+			s.list = nil
 		case change != nil && change.Op == imv1.MembershipChange_OP_REMOVE:
 			for _, u := range change.UserIds {
 				if _, ok := s.members[u]; ok {
@@ -103,15 +120,15 @@ func (p *Partition) Apply(ev *imv1.SequencedEvent) Result {
 			}
 		}
 	}
-	out := make([]string, 0, len(s.members)+1)
-	for u := range s.members {
-		out = append(out, u)
-	}
+	out := s.memberList()
 	if _, ok := s.members[ev.SenderUserId]; !ok {
-		out = append(out, ev.SenderUserId)
+		out = append(out[:len(out):len(out)], ev.SenderUserId)
 	}
-	for _, u := range removed {
-		delete(s.members, u)
+	if len(removed) > 0 {
+		for _, u := range removed {
+			delete(s.members, u)
+		}
+		s.list = nil // out keeps the members before the removal
 	}
 	return Result{Recipients: out, Known: true, Replayed: replayed}
 }
