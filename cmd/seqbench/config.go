@@ -1,0 +1,113 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/config"
+)
+
+// Phases are the benchmark phases in the order they run.
+var Phases = []string{"sequencer", "alloc", "persister", "e2e", "idle", "fanout"}
+
+// Config is the benchmark run, from environment variables.
+type Config struct {
+	// Root: SEQBENCH_ROOT, the repository root the go commands run in,
+	// default "." (infra/local/bench.sh runs from the root).
+	Root string
+	// Brokers: SEQFLOW_KAFKA_BROKERS, required.
+	Brokers []string
+	// PGURL: SEQFLOW_PG_URL, required.
+	PGURL string
+	// RedisAddr: SEQFLOW_REDIS_ADDR, required.
+	RedisAddr string
+	// Phases: SEQBENCH_PHASES, a comma-separated subset of
+	// sequencer,alloc,persister,e2e,idle,fanout; default all. Phases not
+	// run leave their keys out of the report (and the doc says "not run").
+	Phases []string
+	// Partitions: SEQBENCH_PARTITIONS, partitions per topic of the
+	// services' run, default 8.
+	Partitions int
+	// PortBase: SEQBENCH_PORT_BASE, default 18400: the gateway listens on
+	// 127.0.0.1:PortBase+80, admin servers on PortBase+1..+4 (sequencer,
+	// persister, gateway, pusher), away from the demo's 8080 and 9101-9104.
+	PortBase int
+	// E2EDuration: SEQBENCH_E2E_DURATION, the send phase of each e2e run,
+	// default 15s.
+	E2EDuration time.Duration
+	// E2EUsers: SEQBENCH_E2E_USERS, users (one connection each) of the
+	// e2e runs, default 400; sessions are half as many direct pairs.
+	E2EUsers int
+	// E2EInFlight: SEQBENCH_E2E_IN_FLIGHT, each client's window in the
+	// as-fast-as-possible run, default 32.
+	E2EInFlight int
+	// FixedRate: SEQBENCH_FIXED_RATE, msgs/s of the latency run, default
+	// 2000.
+	FixedRate int
+	// IdleConns: SEQBENCH_IDLE_CONNS, idle WebSocket connections opened
+	// to one gateway, default 20000.
+	IdleConns int
+	// FanoutMembers: SEQBENCH_FANOUT_MEMBERS, group size, default 10000.
+	FanoutMembers int
+	// FanoutOnline: SEQBENCH_FANOUT_ONLINE, members online, default 1000.
+	FanoutOnline int
+	// FanoutMessages: SEQBENCH_FANOUT_MESSAGES, messages sent to the
+	// group, default 20.
+	FanoutMessages int
+	// PhaseTimeout: SEQBENCH_PHASE_TIMEOUT, the bound on each phase,
+	// default 4m.
+	PhaseTimeout time.Duration
+	// SequencerRecords: SEQBENCH_SEQUENCER_RECORDS, uplinks per sequencer
+	// benchmark run (SEQFLOW_BENCH_RECORDS of ./sequencer), default 200000.
+	SequencerRecords int
+	// Doc: SEQBENCH_DOC, the doc whose generated section is rewritten,
+	// default docs/benchmarks.md; empty: no doc.
+	Doc string
+	// JSON: SEQBENCH_JSON, the report, default .data/reports/bench.json.
+	JSON string
+}
+
+// LoadConfig reads Config from e and validates it.
+func LoadConfig(e *config.Env) (Config, error) {
+	c := Config{
+		Root:             e.String("SEQBENCH_ROOT", "."),
+		Brokers:          e.List("SEQFLOW_KAFKA_BROKERS", nil),
+		PGURL:            e.Required("SEQFLOW_PG_URL"),
+		RedisAddr:        e.Required("SEQFLOW_REDIS_ADDR"),
+		Phases:           e.List("SEQBENCH_PHASES", Phases),
+		Partitions:       e.Int("SEQBENCH_PARTITIONS", 8, 1, 256),
+		PortBase:         e.Int("SEQBENCH_PORT_BASE", 18400, 1024, 65000),
+		E2EDuration:      e.Duration("SEQBENCH_E2E_DURATION", 15*time.Second, time.Second, 5*time.Minute),
+		E2EUsers:         e.Int("SEQBENCH_E2E_USERS", 400, 2, 100_000),
+		E2EInFlight:      e.Int("SEQBENCH_E2E_IN_FLIGHT", 32, 1, 64),
+		FixedRate:        e.Int("SEQBENCH_FIXED_RATE", 2000, 1, 1_000_000),
+		IdleConns:        e.Int("SEQBENCH_IDLE_CONNS", 20_000, 1, 200_000),
+		FanoutMembers:    e.Int("SEQBENCH_FANOUT_MEMBERS", 10_000, 2, 100_000),
+		FanoutOnline:     e.Int("SEQBENCH_FANOUT_ONLINE", 1_000, 1, 20_000),
+		FanoutMessages:   e.Int("SEQBENCH_FANOUT_MESSAGES", 20, 1, 10_000),
+		PhaseTimeout:     e.Duration("SEQBENCH_PHASE_TIMEOUT", 4*time.Minute, 10*time.Second, time.Hour),
+		SequencerRecords: e.Int("SEQBENCH_SEQUENCER_RECORDS", 200_000, 1000, 10_000_000),
+		Doc:              e.Optional("SEQBENCH_DOC", "docs/benchmarks.md"),
+		JSON:             e.String("SEQBENCH_JSON", ".data/reports/bench.json"),
+	}
+	errs := []error{e.Err()}
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("SEQFLOW_KAFKA_BROKERS: required"))
+	}
+	for _, p := range c.Phases {
+		if !slices.Contains(Phases, p) {
+			errs = append(errs, fmt.Errorf("SEQBENCH_PHASES: unknown phase %q (want a subset of %v)", p, Phases))
+		}
+	}
+	if c.FanoutOnline >= c.FanoutMembers {
+		errs = append(errs, fmt.Errorf("SEQBENCH_FANOUT_ONLINE: %d, want fewer than SEQBENCH_FANOUT_MEMBERS (%d)", c.FanoutOnline, c.FanoutMembers))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+func (c Config) runs(phase string) bool { return slices.Contains(c.Phases, phase) }

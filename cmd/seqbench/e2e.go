@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/seqflow/seqflow/client/load"
+)
+
+// e2e runs the full pipeline as processes (gateway, sequencer, persister,
+// pusher) and drives it with client/load over 1:1 sessions with 200-byte
+// bodies: once as fast as the clients' windows allow (the sustained
+// rate), then at the fixed rate for the latency figures.
+func (b *Bench) e2e(ctx context.Context, r *Results) error {
+	s, err := b.startServices(ctx, "e2e", serviceOrder...)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	users := b.cfg.E2EUsers
+	base := load.Options{
+		Gateways: []string{"ws://" + b.gatewayAddr()}, Secret: benchSecret,
+		Users: users, Sessions: users / 2, GroupShare: -1, BodyBytes: 200,
+		Duration: b.cfg.E2EDuration, Drain: 15 * time.Second,
+	}
+	src := fmt.Sprintf("go tool task bench (cmd/seqbench e2e: client/load, %d users, %d direct sessions, 200-byte bodies, %s",
+		users, users/2, b.cfg.E2EDuration)
+	var rows []string
+	var errs []error
+
+	maxO := base
+	maxO.InFlight = b.cfg.E2EInFlight
+	rep, err := load.Run(ctx, maxO)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("as-fast-as-possible run: %w", err))
+	}
+	if rep.Sent > 0 {
+		msrc := src + fmt.Sprintf(", as fast as a window of %d per client allows)", maxO.InFlight)
+		r.set("e2e_max_msgs_per_s", rep.RateMsgsPerS, msrc)
+		r.set("e2e_max_lost", float64(rep.Lost), msrc)
+		r.set("e2e_max_ack_p99_ms", rep.AckP99Ms, msrc)
+		r.set("e2e_max_deliver_p99_ms", rep.DeliverP99Ms, msrc)
+		rows = append(rows, loadRow("as fast as possible", rep))
+	}
+	if err := s.exited(); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+
+	fixO := base
+	fixO.Rate = float64(b.cfg.FixedRate)
+	rep, err = load.Run(ctx, fixO)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("fixed-rate run: %w", err))
+	}
+	if rep.Sent > 0 {
+		fsrc := src + fmt.Sprintf(", paced at %d msg/s)", b.cfg.FixedRate)
+		r.set("e2e_ack_p50_ms", rep.AckP50Ms, fsrc)
+		r.set("e2e_ack_p99_ms", rep.AckP99Ms, fsrc)
+		r.set("e2e_deliver_p50_ms", rep.DeliverP50Ms, fsrc)
+		r.set("e2e_deliver_p99_ms", rep.DeliverP99Ms, fsrc)
+		r.set("e2e_deliver_p999_ms", rep.DeliverP999Ms, fsrc)
+		r.set("e2e_fixed_msgs_per_s", rep.RateMsgsPerS, fsrc)
+		r.set("e2e_fixed_lost", float64(rep.Lost), fsrc)
+		rows = append(rows, loadRow(fmt.Sprintf("paced at %d msg/s", b.cfg.FixedRate), rep))
+	}
+	if len(rows) > 0 {
+		r.Details = append(r.Details, fmt.Sprintf(`### End to end: WebSocket send → recipient WebSocket
+
+The four services as processes (built by the run, %d partitions, a fresh
+topic prefix, default settings except the gateway's per-user rate limit,
+raised to 100,000/s so the limiter is not what is measured), driven by
+`+"`client/load`"+` in the orchestrator: %d users, one connection each, %d
+direct sessions, 200-byte text bodies, %s send phase, then up to 15 s of
+drain and a sync of anything not delivered (late vs lost). ACK = send →
+ACK carrying the seq; deliver = send → the recipient's SDK handing the
+event over. Latency counts from the scheduled send time.
+
+| run | sent | acked | lost | late | dup | msgs/s | ack p50 / p99 / p999 ms | deliver p50 / p99 / p999 ms | errors |
+|---|---|---|---|---|---|---|---|---|---|
+%s
+`, b.cfg.Partitions, users, users/2, b.cfg.E2EDuration, joinLines(rows)))
+	}
+	return errors.Join(append(errs, s.exited())...)
+}
+
+func loadRow(name string, rep load.Report) string {
+	return fmt.Sprintf("| %s | %d | %d | %d | %d | %d | %s | %s / %s / %s | %s / %s / %s | %v |",
+		name, rep.Sent, rep.Acked, rep.Lost, rep.Late, rep.Duplicated, num(rep.RateMsgsPerS),
+		num(rep.AckP50Ms), num(rep.AckP99Ms), num(rep.AckP999Ms),
+		num(rep.DeliverP50Ms), num(rep.DeliverP99Ms), num(rep.DeliverP999Ms), errMap(rep.Errors))
+}
+
+func errMap(m map[string]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	return fmt.Sprint(m)
+}
+
+func joinLines(rows []string) string {
+	out := ""
+	for i, r := range rows {
+		if i > 0 {
+			out += "\n"
+		}
+		out += r
+	}
+	return out
+}
