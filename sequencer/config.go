@@ -54,6 +54,9 @@ type Config struct {
 	// AdminAddr: SEQUENCER_ADMIN_ADDR for /metrics, /healthz, /readyz,
 	// default 127.0.0.1:9101; empty disables.
 	AdminAddr string
+	// KafkaDebug: SEQUENCER_KAFKA_DEBUG, franz-go's debug log on stderr,
+	// default false.
+	KafkaDebug bool
 	// CommitDelay: SEQUENCER_DEBUG_COMMIT_DELAY, a pause between producing a
 	// batch and committing it, default 0. Only for fault tests, which need
 	// an instance caught mid-transaction.
@@ -80,6 +83,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		LeaseTTL:          e.Duration("SEQUENCER_NODE_LEASE_TTL", 15*time.Second, 3*time.Second, time.Hour),
 		MaxClockBackwards: e.Duration("SEQUENCER_MAX_CLOCK_BACKWARDS", time.Second, 0, time.Minute),
 		AdminAddr:         e.Optional("SEQUENCER_ADMIN_ADDR", "127.0.0.1:9101"),
+		KafkaDebug:        e.Bool("SEQUENCER_KAFKA_DEBUG", false),
 		CommitDelay:       e.Duration("SEQUENCER_DEBUG_COMMIT_DELAY", 0, 0, time.Minute),
 	}
 	if len(c.Brokers) == 0 {

@@ -94,7 +94,7 @@ func (h *harness) start(name string, env ...string) *proctest.Proc {
 		"SEQUENCER_REBALANCE_TIMEOUT=15s",
 		"SEQUENCER_TXN_TIMEOUT=8s",
 		"SEQUENCER_NODE_LEASE_TTL=6s",
-		"SEQUENCER_KAFKA_DEBUG=" + os.Getenv("SEQUENCER_KAFKA_DEBUG"),
+		"SEQUENCER_KAFKA_DEBUG=" + os.Getenv("SEQUENCER_KAFKA_DEBUG"), // true: franz-go's log in the process log
 	}
 	return proctest.Start(h.t, name, h.bin, append(base, env...)...)
 }

@@ -231,7 +231,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		kgo.OnPartitionsLost(s.onRevoked),
 		kgo.FetchMaxWait(100*time.Millisecond),
 	)
-	if os.Getenv("SEQUENCER_KAFKA_DEBUG") == "1" {
+	if s.cfg.KafkaDebug {
 		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
 	}
 	sess, err := kgo.NewGroupTransactSession(opts...)
