@@ -65,6 +65,11 @@ type Options struct {
 	// while connected, to find events whose push was lost at the end of a
 	// session where no later push shows the gap. Default 30s; negative: off.
 	ResyncInterval time.Duration
+	// RecheckAfter runs changes once more this long after each connection's
+	// catch-up: the store lags the log, so the catch-up can miss the last
+	// events sent while the client was away, and no push will show them.
+	// Default 1s; negative: off.
+	RecheckAfter time.Duration
 	// RequestTimeout bounds one attempt of a request (sync, changes, read)
 	// on one connection. Default 30s.
 	RequestTimeout time.Duration
@@ -161,6 +166,7 @@ type Client struct {
 	cur       *conn
 	connected chan struct{} // closed while cur != nil
 	userID    string
+	caughtUp  chan struct{} // a connection finished its catch-up
 	ran       bool
 	stopped   chan struct{}
 }
@@ -217,6 +223,9 @@ func New(opts Options) (*Client, error) {
 	if opts.ResyncInterval == 0 {
 		opts.ResyncInterval = 30 * time.Second
 	}
+	if opts.RecheckAfter == 0 {
+		opts.RecheckAfter = time.Second
+	}
 	if opts.MaxBackoff < opts.MinBackoff {
 		errs = append(errs, fmt.Errorf("MaxBackoff %v is below MinBackoff %v", opts.MaxBackoff, opts.MinBackoff))
 	}
@@ -230,7 +239,7 @@ func New(opts Options) (*Client, error) {
 		opts.HTTPClient = http.DefaultClient
 	}
 	c := &Client{opts: opts, urls: urls, log: opts.Logger, retry: backoff{opts.MinBackoff, opts.MaxBackoff},
-		connected: make(chan struct{}), stopped: make(chan struct{})}
+		connected: make(chan struct{}), stopped: make(chan struct{}), caughtUp: make(chan struct{}, 1)}
 	var pending []*wire.ClientFrame
 	if opts.OutboxPath != "" {
 		ob, p, err := openOutbox(opts.OutboxPath)
@@ -390,6 +399,10 @@ func (c *Client) serve(ctx context.Context, cn *conn, u string) error {
 		c.rcv.catchUp(r.Sessions)
 	}
 	c.rcp.retry()
+	select {
+	case c.caughtUp <- struct{}{}:
+	default:
+	}
 
 	err = <-errc
 	c.mu.Lock()
@@ -428,19 +441,28 @@ func (c *Client) resendLoop(ctx context.Context) {
 }
 
 func (c *Client) resyncLoop(ctx context.Context) {
-	if c.opts.ResyncInterval < 0 {
-		return
+	var tick <-chan time.Time
+	if c.opts.ResyncInterval > 0 {
+		t := time.NewTicker(c.opts.ResyncInterval)
+		defer t.Stop()
+		tick = t.C
 	}
-	t := time.NewTicker(c.opts.ResyncInterval)
-	defer t.Stop()
+	var recheck <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			if err := c.Resync(ctx); err != nil && ctx.Err() == nil {
-				c.log.Warn("resync", "err", err)
+		case <-c.caughtUp:
+			if c.opts.RecheckAfter > 0 {
+				recheck = time.After(c.opts.RecheckAfter)
 			}
+			continue
+		case <-tick:
+		case <-recheck:
+			recheck = nil
+		}
+		if err := c.Resync(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("resync", "err", err)
 		}
 	}
 }

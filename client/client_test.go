@@ -65,21 +65,13 @@ func TestSDK(t *testing.T) {
 				t.Fatalf("client did not reconnect: %+v", c.Stats())
 			}
 		}
-		rows, err := p.pool.Query(ctx, `SELECT client_msg_id, count(*) FROM messages WHERE session_id = $1 AND kind = 'message' GROUP BY client_msg_id`, g.SessionID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stored := map[string]int{}
-		for rows.Next() {
-			var id string
-			var k int
-			if err := rows.Scan(&id, &k); err != nil {
-				t.Fatal(err)
+		// The store lags the push path by the persister's batch time.
+		var stored map[string]int
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			stored = storedMessages(t, p, g.SessionID)
+			if len(stored) >= n || time.Now().After(deadline) {
+				break
 			}
-			stored[id] = k
-		}
-		if rows.Err() != nil {
-			t.Fatal(rows.Err())
 		}
 		if len(stored) != n {
 			t.Fatalf("store holds %d distinct messages, want %d", len(stored), n)
@@ -221,6 +213,7 @@ func TestSDK(t *testing.T) {
 			}
 			later[ack.ClientMsgID] = i
 		}
+		waitQuery(t, p, "the later messages stored", func() bool { return len(storedMessages(t, p, g.SessionID)) == 10 })
 		down := "ws://" + freeAddr(t)
 		b2 := p.start(t, bob, "tablet", []string{down, gw.url}, func(o *Options) { o.Cursors = cursors })
 		evs := b2.rec.waitFor(t, 30*time.Second, "5 later messages", func(evs []Event) bool { return countMessages(evs, g.SessionID) >= 5 })
@@ -261,6 +254,29 @@ func TestSDK(t *testing.T) {
 			return err == nil && len(ch) == 1 && ch[0].ReadSeq == last.Seq
 		})
 	})
+}
+
+// storedMessages counts the stored chat messages of session by client_msg_id.
+func storedMessages(t *testing.T, p *pipeline, session string) map[string]int {
+	t.Helper()
+	rows, err := p.pool.Query(context.Background(), `SELECT client_msg_id, count(*) FROM messages WHERE session_id = $1 AND kind = 'message' GROUP BY client_msg_id`, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	stored := map[string]int{}
+	for rows.Next() {
+		var id string
+		var k int
+		if err := rows.Scan(&id, &k); err != nil {
+			t.Fatal(err)
+		}
+		stored[id] = k
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	return stored
 }
 
 func waitQuery(t *testing.T, p *pipeline, what string, ok func() bool) {
