@@ -32,7 +32,7 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 
 	maxO := base
 	maxO.InFlight = b.cfg.E2EInFlight
-	rep, err := load.Run(ctx, maxO)
+	rep, err := runLoad(ctx, maxO)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("as-fast-as-possible run: %w", err))
 	}
@@ -50,7 +50,7 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 
 	fixO := base
 	fixO.Rate = float64(b.cfg.FixedRate)
-	rep, err = load.Run(ctx, fixO)
+	rep, err = runLoad(ctx, fixO)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("fixed-rate run: %w", err))
 	}
@@ -83,6 +83,20 @@ event over. Latency counts from the scheduled send time.
 `, b.cfg.Partitions, users, users/2, b.cfg.E2EDuration, joinLines(rows)))
 	}
 	return errors.Join(append(errs, s.exited())...)
+}
+
+// runLoad runs load.Run, once more when it fails before sending anything:
+// its setup can miss a session_create pushed to a recipient whose
+// connection was not up yet (the SDK with SkipHistory then starts that
+// session past it), which is a flaw of the run's setup, not a lost
+// message.
+func runLoad(ctx context.Context, o load.Options) (load.Report, error) {
+	rep, err := load.Run(ctx, o)
+	if err != nil && rep.Sent == 0 && ctx.Err() == nil {
+		o.UserPrefix = ""
+		rep, err = load.Run(ctx, o)
+	}
+	return rep, err
 }
 
 func loadRow(name string, rep load.Report) string {

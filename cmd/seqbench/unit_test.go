@@ -1,0 +1,181 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/seqflow/seqflow/internal/config"
+)
+
+func TestParseBench(t *testing.T) {
+	tests := []struct {
+		name  string
+		out   string
+		bench string
+		unit  string
+		want  float64
+		err   bool
+	}{
+		{"sequencer line", "goos: linux\nBenchmarkSequencer_Throughput-2   \t       1\t6361789209 ns/op\t     31428 sequencer_msgs/s\t    155244 kafka_ceiling_msgs/s\t         0.2024 ratio\nPASS\n",
+			"BenchmarkSequencer_Throughput", "kafka_ceiling_msgs/s", 155244, false},
+		{"no procs suffix", "BenchmarkAlloc_Segment 1000 12 ns/op 2065465 seqs/s\n", "BenchmarkAlloc_Segment", "seqs/s", 2065465, false},
+		{"last of several", "BenchmarkX-2 1 1 ns/op 5 a/s\nBenchmarkX-2 1 1 ns/op 7 a/s\n", "BenchmarkX", "a/s", 7, false},
+		{"log line with Benchmark prefix", "BenchmarkX-2 starting now\n", "BenchmarkX", "a/s", 0, true},
+		{"missing unit", "BenchmarkX-2 1 1 ns/op\n", "BenchmarkX", "a/s", 0, true},
+		{"failed benchmark", "--- FAIL: BenchmarkX\nFAIL\n", "BenchmarkX", "a/s", 0, true},
+		{"sub-benchmark name keeps its dash part", "BenchmarkY/a-b-2 3 1 ns/op 9 a/s\n", "BenchmarkY/a-b", "a/s", 9, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := metric(ParseBench([]byte(tt.out)), tt.bench, tt.unit)
+			if (err != nil) != tt.err {
+				t.Fatalf("err = %v, want error %v", err, tt.err)
+			}
+			if got != tt.want {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSplice(t *testing.T) {
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"markers replaced, rest kept", "# B\n\n" + beginMarker + "\nold\n" + endMarker + "\n\n## Other\nkept\n",
+			"# B\n\n" + beginMarker + "\nnew\n" + endMarker + "\n\n## Other\nkept\n"},
+		{"no markers: after the title", "# B\n\nintro\n", "# B\n\n" + beginMarker + "\nnew\n" + endMarker + "\n\nintro\n"},
+		{"no title", "text\n", beginMarker + "\nnew\n" + endMarker + "\n\ntext\n"},
+		{"empty doc", "", beginMarker + "\nnew\n" + endMarker + "\n\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := string(Splice([]byte(tt.doc), "new\n"))
+			if got != tt.want {
+				t.Fatalf("got\n%q\nwant\n%q", got, tt.want)
+			}
+			if again := string(Splice([]byte(got), "new\n")); again != got {
+				t.Fatalf("second splice changed the doc:\n%q", again)
+			}
+		})
+	}
+}
+
+func TestVerdict(t *testing.T) {
+	find := func(key string) Target {
+		for _, tg := range Targets {
+			if tg.Key == key {
+				return tg
+			}
+		}
+		t.Fatalf("no target %s", key)
+		return Target{}
+	}
+	tests := []struct {
+		name string
+		key  string
+		vals map[string]float64
+		want string
+	}{
+		{"sequencer met", "sequencer_msgs_per_s", map[string]float64{"sequencer_msgs_per_s": 60_000, "kafka_ceiling_msgs_per_s": 150_000}, "yes"},
+		{"sequencer under ratio", "sequencer_msgs_per_s", map[string]float64{"sequencer_msgs_per_s": 60_000, "kafka_ceiling_msgs_per_s": 300_000}, "no"},
+		{"sequencer without ceiling", "sequencer_msgs_per_s", map[string]float64{"sequencer_msgs_per_s": 60_000}, "not measured"},
+		{"alloc both ratios", "alloc_segment_per_s", map[string]float64{"alloc_segment_per_s": 2e6, "alloc_pg_update_per_s": 3e3, "alloc_redis_incr_per_s": 3e4}, "yes"},
+		{"alloc redis too close", "alloc_segment_per_s", map[string]float64{"alloc_segment_per_s": 2e6, "alloc_pg_update_per_s": 3e3, "alloc_redis_incr_per_s": 3e5}, "no"},
+		{"e2e rate with loss", "e2e_max_msgs_per_s", map[string]float64{"e2e_max_msgs_per_s": 20_000, "e2e_max_lost": 1}, "no"},
+		{"e2e rate without loss", "e2e_max_msgs_per_s", map[string]float64{"e2e_max_msgs_per_s": 20_000, "e2e_max_lost": 0}, "yes"},
+		{"rss per conn over", "gateway_rss_bytes_per_conn", map[string]float64{"gateway_rss_bytes_per_conn": 51_201}, "no"},
+		{"no goal", "kafka_ceiling_msgs_per_s", map[string]float64{"kafka_ceiling_msgs_per_s": 1}, "—"},
+		{"missing", "fanout_10k_deliver_p99_ms", map[string]float64{}, "not measured"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := verdict(find(tt.key), tt.vals); got != tt.want {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNum(t *testing.T) {
+	tests := []struct {
+		v    float64
+		want string
+	}{{0.123, "0.12"}, {12.34, "12.3"}, {999, "999"}, {1000, "1,000"}, {2065465.4, "2,065,465"}, {-12345, "-12,345"}}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := num(tt.v); got != tt.want {
+				t.Fatalf("num(%v) = %q, want %q", tt.v, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	base := map[string]string{"SEQFLOW_KAFKA_BROKERS": "127.0.0.1:19092", "SEQFLOW_PG_URL": "postgres://x", "SEQFLOW_REDIS_ADDR": "127.0.0.1:16379"}
+	tests := []struct {
+		name  string
+		set   map[string]string
+		unset string
+		err   string
+	}{
+		{"defaults", nil, "", ""},
+		{"unknown phase", map[string]string{"SEQBENCH_PHASES": "e2e,warp"}, "", `unknown phase "warp"`},
+		{"bad idle conns", map[string]string{"SEQBENCH_IDLE_CONNS": "lots"}, "", "SEQBENCH_IDLE_CONNS"},
+		{"online not below members", map[string]string{"SEQBENCH_FANOUT_ONLINE": "10000"}, "", "SEQBENCH_FANOUT_ONLINE"},
+		{"no brokers", nil, "SEQFLOW_KAFKA_BROKERS", "SEQFLOW_KAFKA_BROKERS"},
+		{"no pg", nil, "SEQFLOW_PG_URL", "SEQFLOW_PG_URL is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := map[string]string{}
+			for k, v := range base {
+				m[k] = v
+			}
+			for k, v := range tt.set {
+				m[k] = v
+			}
+			delete(m, tt.unset)
+			c, err := LoadConfig(config.FromMap(m))
+			if tt.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.IdleConns != 20_000 || c.FixedRate != 2000 || len(c.Phases) != len(Phases) {
+					t.Fatalf("defaults not applied: %+v", c)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Fatalf("err = %v, want it to mention %q", err, tt.err)
+			}
+		})
+	}
+}
+
+// FuzzParseBench: go test output is outside input; parsing must not
+// panic and every line it returns must carry a Benchmark name.
+func FuzzParseBench(f *testing.F) {
+	f.Add([]byte("BenchmarkX-2 1 1 ns/op 5 a/s\n"))
+	f.Add([]byte("BenchmarkX-2 starting\nPASS\n"))
+	f.Add([]byte("Benchmark-1 1 NaN x\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, l := range ParseBench(b) {
+			if !strings.HasPrefix(l.Name, "Benchmark") || l.N <= 0 {
+				t.Fatalf("bad line %+v", l)
+			}
+		}
+	})
+}
+
+func TestSummaryNamesMisses(t *testing.T) {
+	r := newResults()
+	r.set("idle_conns", 500, "x")
+	r.set("fanout_10k_deliver_p99_ms", 50, "x")
+	s := Summary(r)
+	for _, want := range []string{"missed: idle_conns", "targets met 1, missed 1"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("summary %q lacks %q", s, want)
+		}
+	}
+}
