@@ -4,8 +4,8 @@ import "fmt"
 
 // writerSQL is every statement of a write, for one schema.
 type writerSQL struct {
-	stage, ids, messages, edits, recalls, sessions, editPreview, recallPreview string
-	memberAdd, memberRemove, reads, deliveries, offsets, classify, readOffsets string
+	ids, messages, seqConflicts, idConflicts, edits, recalls, sessions, editPreview, recallPreview string
+	memberAdd, memberRemove, reads, deliveries, offsets, readOffsets                               string
 }
 
 // membershipEvents numbers each (session, user)'s membership events in the
@@ -16,48 +16,46 @@ const membershipEvents = `(
 	FROM pg_temp.seqflow_stage s CROSS JOIN LATERAL unnest(s.member_ids) AS u(user_id)
 	WHERE s.member_ids IS NOT NULL)`
 
-// buildSQL returns the statements for schema q (already quoted). They run
-// in this order in one implicit transaction: stage the rows; insert the
-// message IDs, dropping from the stage the rows whose ID is taken; insert
-// the messages, dropping (and un-inserting the IDs of) the rows whose
-// (session, seq) is taken; then, from what is left, which is exactly what is
-// new: targets of edits and recalls, sessions, members; then cursors and
-// offsets. Rows are inserted in key order, so concurrent writers lock in the
-// same order and cannot deadlock.
+// buildSQL returns the statements for schema q (already quoted). A write
+// COPYs its rows into the staging table, then runs in one transaction:
+// insert the message IDs and the messages, each ON CONFLICT DO NOTHING;
+// only when some row was not inserted, take the conflicting rows out of the
+// stage (seqConflicts, idConflicts) before anything else reads it; then the
+// targets of edits and recalls, sessions, members, cursors and offsets.
+// Rows are inserted in key order, so concurrent writers lock in the same
+// order and cannot deadlock.
 func buildSQL(q string) writerSQL {
 	return writerSQL{
-		stage: `INSERT INTO pg_temp.seqflow_stage
-SELECT i, sid, seq, mid, cmid, su, sd, kind, ct, body, NULLIF(ts, 0), NULLIF(op, ''),
-       CASE WHEN mem = '' THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(mem::jsonb)) END,
-       CASE WHEN kind = 'session_create' THEN sk END, CASE WHEN kind = 'session_create' THEN title END,
-       sts, gts, lp, lo, CASE WHEN kind IN ('message', 'edit') THEN pv END
-FROM unnest($1::int[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[],
-            $9::text[], $10::bytea[], $11::bigint[], $12::text[], $13::text[], $14::text[], $15::text[],
-            $16::bigint[], $17::bigint[], $18::int[], $19::bigint[], $20::text[])
-     AS t(i, sid, seq, mid, cmid, su, sd, kind, ct, body, ts, op, mem, sk, title, sts, gts, lp, lo, pv)`,
+		ids: fmt.Sprintf(`INSERT INTO %[1]s.message_ids (msg_id, session_id, seq)
+SELECT msg_id, session_id, seq FROM pg_temp.seqflow_stage ORDER BY msg_id
+ON CONFLICT (msg_id) DO NOTHING`, q),
 
-		ids: fmt.Sprintf(`WITH ids AS (
-	INSERT INTO %[1]s.message_ids (msg_id, session_id, seq)
-	SELECT msg_id, session_id, seq FROM pg_temp.seqflow_stage ORDER BY msg_id
-	ON CONFLICT (msg_id) DO NOTHING RETURNING msg_id)
-DELETE FROM pg_temp.seqflow_stage s WHERE NOT EXISTS (SELECT 1 FROM ids WHERE ids.msg_id = s.msg_id)
-RETURNING s.idx`, q),
+		messages: fmt.Sprintf(`INSERT INTO %[1]s.messages (session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id,
+       kind, content_type, body, target_seq, member_op, member_ids, session_kind, title, server_ts_ms, gateway_ts_ms,
+       log_partition, log_offset)
+SELECT session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id,
+       kind, content_type, body, target_seq, member_op, member_ids, session_kind, title, server_ts_ms, gateway_ts_ms,
+       log_partition, log_offset
+FROM pg_temp.seqflow_stage ORDER BY session_id, seq
+ON CONFLICT (session_id, seq) DO NOTHING`, q),
 
-		messages: fmt.Sprintf(`WITH ins AS (
-	INSERT INTO %[1]s.messages (session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id, kind,
-	       content_type, body, target_seq, member_op, member_ids, session_kind, title, server_ts_ms, gateway_ts_ms,
-	       log_partition, log_offset)
-	SELECT session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id, kind,
-	       content_type, body, target_seq, member_op, member_ids, session_kind, title, server_ts_ms, gateway_ts_ms,
-	       log_partition, log_offset
-	FROM pg_temp.seqflow_stage ORDER BY session_id, seq
-	ON CONFLICT (session_id, seq) DO NOTHING RETURNING session_id, seq),
-gone AS (
-	DELETE FROM pg_temp.seqflow_stage s
-	WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.session_id = s.session_id AND ins.seq = s.seq)
-	RETURNING s.idx, s.msg_id),
-undo AS (DELETE FROM %[1]s.message_ids x USING gone WHERE x.msg_id = gone.msg_id)
-SELECT idx FROM gone`, q),
+		// A staged row whose (session, seq) holds another message: its
+		// message ID, if it was free, was just inserted for it; undo that.
+		seqConflicts: fmt.Sprintf(`WITH c AS (
+	DELETE FROM pg_temp.seqflow_stage s USING %[1]s.messages m
+	WHERE m.session_id = s.session_id AND m.seq = s.seq AND m.msg_id <> s.msg_id
+	RETURNING s.idx, s.session_id, s.seq, s.msg_id, m.msg_id AS held),
+u AS (DELETE FROM %[1]s.message_ids x USING c WHERE x.msg_id = c.msg_id AND x.session_id = c.session_id AND x.seq = c.seq)
+SELECT idx, held FROM c`, q),
+
+		// A staged row whose message ID belongs to another (session, seq):
+		// its message row, if the key was free, was just inserted; undo that.
+		idConflicts: fmt.Sprintf(`WITH c AS (
+	DELETE FROM pg_temp.seqflow_stage s USING %[1]s.message_ids x
+	WHERE x.msg_id = s.msg_id AND (x.session_id <> s.session_id OR x.seq <> s.seq)
+	RETURNING s.idx, s.session_id, s.seq, s.msg_id, x.session_id AS hs, x.seq AS hq),
+u AS (DELETE FROM %[1]s.messages m USING c WHERE m.session_id = c.session_id AND m.seq = c.seq AND m.msg_id = c.msg_id RETURNING 1)
+SELECT idx, hs, hq, (SELECT count(*) FROM u) FROM c`, q),
 
 		// Only the target's sender may edit or recall it, and only a chat
 		// message; the latest edit and the first recall win.
@@ -78,17 +76,13 @@ FROM (SELECT DISTINCT ON (s.session_id, s.target_seq) s.session_id, s.target_seq
       ORDER BY s.session_id, s.target_seq, s.seq) e
 WHERE t.session_id = e.session_id AND t.seq = e.target_seq AND (t.recalled_seq IS NULL OR t.recalled_seq > e.seq)`, q),
 
+		// One row per session, aggregated by the writer (sessionsOf).
 		sessions: fmt.Sprintf(`INSERT INTO %[1]s.sessions AS x
 	(session_id, kind, title, created_seq, last_seq, last_msg_id, last_ts_ms, last_preview_seq, last_preview)
-SELECT l.session_id, COALESCE(c.session_kind, ''), COALESCE(c.title, ''), c.seq,
-       l.seq, l.msg_id, l.server_ts_ms, p.seq, COALESCE(p.preview, '')
-FROM (SELECT DISTINCT ON (session_id) session_id, seq, msg_id, server_ts_ms
-      FROM pg_temp.seqflow_stage ORDER BY session_id, seq DESC) l
-LEFT JOIN (SELECT DISTINCT ON (session_id) session_id, seq, preview
-           FROM pg_temp.seqflow_stage WHERE kind = 'message' ORDER BY session_id, seq DESC) p USING (session_id)
-LEFT JOIN (SELECT DISTINCT ON (session_id) session_id, seq, session_kind, title
-           FROM pg_temp.seqflow_stage WHERE kind = 'session_create' ORDER BY session_id, seq) c USING (session_id)
-ORDER BY l.session_id
+SELECT sid, kind, title, NULLIF(cs, 0), ls, lm, lt, NULLIF(ps, 0), pv
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[])
+     AS t(sid, kind, title, cs, ls, lm, lt, ps, pv)
+ORDER BY sid
 ON CONFLICT (session_id) DO UPDATE SET
 	kind = CASE WHEN EXCLUDED.created_seq < COALESCE(x.created_seq, 9223372036854775807) THEN EXCLUDED.kind ELSE x.kind END,
 	title = CASE WHEN EXCLUDED.created_seq < COALESCE(x.created_seq, 9223372036854775807) THEN EXCLUDED.title ELSE x.title END,
@@ -134,11 +128,6 @@ WHERE c.delivered_seq < EXCLUDED.delivered_seq`, q),
 SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])
 ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()
 WHERE o.next_offset < EXCLUDED.next_offset`, q),
-
-		classify: fmt.Sprintf(`SELECT r.i, m.msg_id, x.session_id, x.seq
-FROM unnest($1::int[], $2::text[], $3::bigint[], $4::bigint[]) AS r(i, sid, seq, mid)
-LEFT JOIN %[1]s.messages m ON m.session_id = r.sid AND m.seq = r.seq
-LEFT JOIN %[1]s.message_ids x ON x.msg_id = r.mid`, q),
 
 		readOffsets: fmt.Sprintf(`SELECT partition, next_offset FROM %[1]s.store_offsets WHERE topic = $1`, q),
 	}

@@ -2,13 +2,12 @@ package store
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -54,39 +53,148 @@ func NewWriter(pool *pgxpool.Pool, schema string) *Writer {
 // Schema is the schema w writes into.
 func (w *Writer) Schema() string { return w.schema }
 
-// Write stores b in one database transaction and one network round trip
-// (plus one when some rows were refused, to tell duplicates from
-// conflicts). Rows already stored are duplicates: no-ops. Rows that clash
-// with stored ones come back as Conflicts and change nothing. An edit or
-// recall also updates its target, a membership change or session_create the
-// members, every row the sessions table, receipts the cursors, all in the
-// same transaction, together with b.Offsets.
+// Write stores b in one database transaction. Rows already stored are
+// duplicates: no-ops. Rows that clash with stored ones come back as
+// Conflicts and change nothing. An edit or recall also updates its target,
+// a membership change or session_create the members, every row the
+// sessions table, receipts the cursors, all in the same transaction,
+// together with b.Offsets.
+//
+// The rows are COPYed into a per-connection staging table and inserted from
+// there with ON CONFLICT DO NOTHING; everything after the COPY is one
+// pipelined round trip. When some rows were not inserted (a redelivery, or
+// a conflict), the transaction is rolled back and written again with the
+// conflicts taken out first, so no projection ever sees them.
 //
 // On error nothing of b is stored. IsPoison(err) means the data itself was
 // refused (split the batch to find the record); anything else is worth
 // retrying.
 func (w *Writer) Write(ctx context.Context, b *Batch) (Result, error) {
-	var res Result
 	keep, dups, conflicts := dedupeBatch(b.Rows)
-	res.Duplicates, res.Conflicts = dups, conflicts
-	pb := &pgx.Batch{}
-	var rejected []int32
-	if len(keep) > 0 {
-		queueRows(pb, w.sql, b.Rows, keep)
-		collect := func(rows pgx.Rows) error {
-			for rows.Next() {
-				var i int32
-				if err := rows.Scan(&i); err != nil {
-					return err
-				}
-				rejected = append(rejected, i)
-			}
-			return rows.Err()
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("acquire connection: %w", err)
+	}
+	defer conn.Release()
+	res, clean, err := w.write(ctx, conn, b, keep, false)
+	if err == nil && !clean {
+		res, _, err = w.write(ctx, conn, b, keep, true)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("write batch of %d rows: %w", len(keep), err)
+	}
+	res.Duplicates += dups
+	res.Conflicts = append(res.Conflicts, conflicts...)
+	slices.SortFunc(res.Conflicts, func(a, b Conflict) int { return a.Index - b.Index })
+	return res, nil
+}
+
+// write runs one attempt. Optimistic (careful false), it expects every
+// staged row to be new and returns clean false, having rolled back, when
+// one was not. Careful, it first takes out the rows that conflict with the
+// store.
+func (w *Writer) write(ctx context.Context, conn *pgxpool.Conn, b *Batch, keep []int, careful bool) (res Result, clean bool, err error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return res, false, err
+	}
+	defer func() {
+		if !clean {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
-		pb.Queue(w.sql.ids).Query(collect)
-		pb.Queue(w.sql.messages).Query(collect)
+	}()
+	n := int64(len(keep))
+	var ids, msgs int64
+	pb := &pgx.Batch{}
+	if n > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"seqflow_stage"}, stageColumns, stageSource(b.Rows, keep)); err != nil {
+			return res, false, fmt.Errorf("stage rows: %w", err)
+		}
+		pb.Queue(w.sql.ids).Exec(func(ct pgconn.CommandTag) error { ids = ct.RowsAffected(); return nil })
+		pb.Queue(w.sql.messages).Exec(func(ct pgconn.CommandTag) error { msgs = ct.RowsAffected(); return nil })
+		if careful {
+			if err := tx.SendBatch(ctx, pb).Close(); err != nil {
+				return res, false, err
+			}
+			pb = &pgx.Batch{}
+			if ids < n || msgs < n {
+				if res, err = w.takeOutConflicts(ctx, tx, b.Rows, msgs); err != nil {
+					return res, false, err
+				}
+				keep = without(keep, res.Conflicts)
+			} else {
+				res.Inserted = int(msgs)
+			}
+		}
+	}
+	w.queueProjections(pb, b, keep)
+	if pb.Len() > 0 {
+		if err := tx.SendBatch(ctx, pb).Close(); err != nil {
+			return res, false, err
+		}
+	}
+	if !careful {
+		if ids < n || msgs < n {
+			return res, false, nil // rolled back; the caller goes careful
+		}
+		res.Inserted = int(msgs)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, false, err
+	}
+	return res, true, nil
+}
+
+// takeOutConflicts removes from the stage (and undoes the inserts of) the
+// rows whose (session, seq) holds another message or whose msg_id belongs
+// to another (session, seq). What stays is new or an exact repeat, and the
+// projections are idempotent for repeats.
+func (w *Writer) takeOutConflicts(ctx context.Context, tx pgx.Tx, rows []Row, msgs int64) (Result, error) {
+	var res Result
+	pb := &pgx.Batch{}
+	pb.Queue(w.sql.seqConflicts).Query(func(qr pgx.Rows) error {
+		for qr.Next() {
+			var i int32
+			var held int64
+			if err := qr.Scan(&i, &held); err != nil {
+				return err
+			}
+			r := rows[i]
+			res.Conflicts = append(res.Conflicts, Conflict{int(i), fmt.Sprintf("seq %d of session %s already holds msg_id %d, not %d", r.Seq, r.SessionID, held, r.MsgID)})
+		}
+		return qr.Err()
+	})
+	var undone int64
+	pb.Queue(w.sql.idConflicts).Query(func(qr pgx.Rows) error {
+		for qr.Next() {
+			var i int32
+			var hs string
+			var hq, u int64
+			if err := qr.Scan(&i, &hs, &hq, &u); err != nil {
+				return err
+			}
+			undone = u
+			r := rows[i]
+			res.Conflicts = append(res.Conflicts, Conflict{int(i), fmt.Sprintf("msg_id %d already belongs to session %s seq %d, not %s seq %d", r.MsgID, hs, hq, r.SessionID, r.Seq)})
+		}
+		return qr.Err()
+	})
+	var staged int64
+	pb.Queue(`SELECT count(*) FROM pg_temp.seqflow_stage`).QueryRow(func(r pgx.Row) error { return r.Scan(&staged) })
+	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
+		return res, fmt.Errorf("take out conflicts: %w", err)
+	}
+	res.Inserted = int(msgs - undone)
+	res.Duplicates = int(staged) - res.Inserted
+	return res, nil
+}
+
+// queueProjections queues everything after the inserts: targets of edits
+// and recalls, sessions, members (in as many ordered steps as one batch
+// has membership events for one (session, user)), cursors, offsets.
+func (w *Writer) queueProjections(pb *pgx.Batch, b *Batch, keep []int) {
+	if len(keep) > 0 {
 		kinds := map[string]bool{}
-		layers := memberLayers(b.Rows, keep)
 		for _, i := range keep {
 			kinds[b.Rows[i].Kind] = true
 		}
@@ -96,14 +204,14 @@ func (w *Writer) Write(ctx context.Context, b *Batch) (Result, error) {
 		if kinds[KindRecall] {
 			pb.Queue(w.sql.recalls)
 		}
-		pb.Queue(w.sql.sessions)
+		pb.Queue(w.sql.sessions, sessionsOf(b.Rows, keep)...)
 		if kinds[KindEdit] {
 			pb.Queue(w.sql.editPreview)
 		}
 		if kinds[KindRecall] {
 			pb.Queue(w.sql.recallPreview)
 		}
-		for k := 1; k <= layers; k++ {
+		for k := 1; k <= memberLayers(b.Rows, keep); k++ {
 			pb.Queue(w.sql.memberAdd, k)
 			pb.Queue(w.sql.memberRemove, k)
 		}
@@ -120,74 +228,65 @@ func (w *Writer) Write(ctx context.Context, b *Batch) (Result, error) {
 		t, p, n := highestOffsets(b.Offsets)
 		pb.Queue(w.sql.offsets, t, p, n)
 	}
-	if pb.Len() == 0 {
-		return res, nil
-	}
-	// No explicit BEGIN: a pipelined batch runs as one implicit transaction
-	// that commits at its end, or not at all.
-	if err := w.pool.SendBatch(ctx, pb).Close(); err != nil {
-		return Result{}, fmt.Errorf("write batch of %d rows: %w", len(keep), err)
-	}
-	res.Inserted = len(keep) - len(rejected)
-	if len(rejected) == 0 {
-		return res, nil
-	}
-	more, err := w.classify(ctx, b.Rows, rejected)
-	if err != nil {
-		return res, err
-	}
-	res.Duplicates += len(rejected) - len(more)
-	res.Conflicts = append(res.Conflicts, more...)
-	slices.SortFunc(res.Conflicts, func(a, b Conflict) int { return a.Index - b.Index })
-	return res, nil
 }
 
-// ErrRaced means a row was refused because a concurrent transaction held
-// its key, and that transaction did not commit: the row is not stored. The
-// batch must be written again.
-var ErrRaced = errors.New("store: a concurrent writer held a row and rolled back; write the batch again")
-
-// classify tells the refused rows' duplicates from conflicts, reading what
-// the store holds now (after the batch committed).
-func (w *Writer) classify(ctx context.Context, rows []Row, rejected []int32) ([]Conflict, error) {
-	sid := make([]string, len(rejected))
-	seq := make([]int64, len(rejected))
-	mid := make([]int64, len(rejected))
-	for j, i := range rejected {
-		sid[j], seq[j], mid[j] = rows[i].SessionID, rows[i].Seq, rows[i].MsgID
+// without returns keep less the conflicting rows.
+func without(keep []int, cs []Conflict) []int {
+	out := make([]int, 0, len(keep))
+	bad := make(map[int]bool, len(cs))
+	for _, c := range cs {
+		bad[c.Index] = true
 	}
-	res, err := w.pool.Query(ctx, w.sql.classify, rejected, sid, seq, mid)
-	if err != nil {
-		return nil, fmt.Errorf("classify refused rows: %w", err)
-	}
-	type held struct {
-		i            int32
-		atKey, idSeq *int64
-		idSession    *string
-	}
-	hs, err := pgx.CollectRows(res, func(r pgx.CollectableRow) (held, error) {
-		var h held
-		err := r.Scan(&h.i, &h.atKey, &h.idSession, &h.idSeq)
-		return h, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("classify refused rows: %w", err)
-	}
-	var out []Conflict
-	for _, h := range hs {
-		r := rows[h.i]
-		switch {
-		case h.atKey != nil && *h.atKey == r.MsgID:
-			// an exact repeat: a duplicate
-		case h.atKey != nil:
-			out = append(out, Conflict{int(h.i), fmt.Sprintf("seq %d of session %s already holds msg_id %d, not %d", r.Seq, r.SessionID, *h.atKey, r.MsgID)})
-		case h.idSession != nil:
-			out = append(out, Conflict{int(h.i), fmt.Sprintf("msg_id %d already belongs to session %s seq %d, not %s seq %d", r.MsgID, *h.idSession, *h.idSeq, r.SessionID, r.Seq)})
-		default:
-			return nil, ErrRaced
+	for _, i := range keep {
+		if !bad[i] {
+			out = append(out, i)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// sessionsOf aggregates the kept rows per session, in session order: the
+// first session_create, the latest event, the latest chat message.
+func sessionsOf(rows []Row, keep []int) []any {
+	type agg struct{ create, last, preview int }
+	by := map[string]*agg{}
+	var ids []string
+	for _, i := range keep {
+		r := &rows[i]
+		a := by[r.SessionID]
+		if a == nil {
+			a = &agg{create: -1, last: i, preview: -1}
+			by[r.SessionID] = a
+			ids = append(ids, r.SessionID)
+		}
+		if r.Seq > rows[a.last].Seq {
+			a.last = i
+		}
+		if r.Kind == KindSessionCreate && (a.create < 0 || r.Seq < rows[a.create].Seq) {
+			a.create = i
+		}
+		if r.Kind == KindMessage && (a.preview < 0 || r.Seq > rows[a.preview].Seq) {
+			a.preview = i
+		}
+	}
+	slices.Sort(ids)
+	n := len(ids)
+	kind, title, pv := make([]string, n), make([]string, n), make([]string, n)
+	cs, ls, lm, lt, ps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for j, id := range ids {
+		a := by[id]
+		if a.create >= 0 {
+			c := &rows[a.create]
+			kind[j], title[j], cs[j] = c.SessionKind, c.Title, c.Seq
+		}
+		l := &rows[a.last]
+		ls[j], lm[j], lt[j] = l.Seq, l.MsgID, l.ServerTsMs
+		if a.preview >= 0 {
+			p := &rows[a.preview]
+			ps[j], pv[j] = p.Seq, Preview(p.ContentType, p.Body)
+		}
+	}
+	return []any{ids, kind, title, cs, ls, lm, lt, ps, pv}
 }
 
 type rowKey struct {
@@ -238,29 +337,34 @@ func memberLayers(rows []Row, keep []int) int {
 	return most
 }
 
-func queueRows(pb *pgx.Batch, s writerSQL, rows []Row, keep []int) {
-	n := len(keep)
-	var (
-		idx, part                   = make([]int32, n), make([]int32, n)
-		sid, cmid, su, sd, kind, ct = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		op, mem, sk, title, pv      = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		seq, mid, ts, sts, gts, lo  = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		body                        = make([][]byte, n)
-	)
-	for j, i := range keep {
-		r := &rows[i]
-		idx[j], sid[j], seq[j], mid[j], cmid[j], su[j], sd[j] = int32(i), r.SessionID, r.Seq, r.MsgID, r.ClientMsgID, r.SenderUserID, r.SenderDeviceID
-		kind[j], ct[j], body[j], ts[j], op[j] = r.Kind, r.ContentType, r.Body, r.TargetSeq, r.MemberOp
+var stageColumns = []string{"idx", "session_id", "seq", "msg_id", "client_msg_id", "sender_user_id", "sender_device_id",
+	"kind", "content_type", "body", "target_seq", "member_op", "member_ids", "session_kind", "title", "server_ts_ms",
+	"gateway_ts_ms", "log_partition", "log_offset", "preview"}
+
+// stageSource feeds the kept rows to COPY, NULL where a column does not
+// apply to the row's kind.
+func stageSource(rows []Row, keep []int) pgx.CopyFromSource {
+	return pgx.CopyFromSlice(len(keep), func(j int) ([]any, error) {
+		r := &rows[keep[j]]
+		v := []any{int32(keep[j]), r.SessionID, r.Seq, r.MsgID, r.ClientMsgID, r.SenderUserID, r.SenderDeviceID,
+			r.Kind, r.ContentType, r.Body, nil, nil, nil, nil, nil, r.ServerTsMs, r.GatewayTsMs, r.Partition, r.Offset, nil}
+		if r.TargetSeq != 0 {
+			v[10] = r.TargetSeq
+		}
+		if r.MemberOp != "" {
+			v[11] = r.MemberOp
+		}
 		if r.MemberIDs != nil {
-			b, _ := json.Marshal(r.MemberIDs)
-			mem[j] = string(b)
+			v[12] = r.MemberIDs
 		}
-		sk[j], title[j], sts[j], gts[j], part[j], lo[j] = r.SessionKind, r.Title, r.ServerTsMs, r.GatewayTsMs, r.Partition, r.Offset
+		if r.Kind == KindSessionCreate {
+			v[13], v[14] = r.SessionKind, r.Title
+		}
 		if r.Kind == KindMessage || r.Kind == KindEdit {
-			pv[j] = Preview(r.ContentType, r.Body)
+			v[19] = Preview(r.ContentType, r.Body)
 		}
-	}
-	pb.Queue(s.stage, idx, sid, seq, mid, cmid, su, sd, kind, ct, body, ts, op, mem, sk, title, sts, gts, part, lo, pv)
+		return v, nil
+	})
 }
 
 func latestReads(rs []ReadCursor) ([]string, []string, []int64) {
