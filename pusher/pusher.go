@@ -117,13 +117,15 @@ func (p *Pusher) Run(ctx context.Context) error {
 		kgo.ProducerLinger(5*time.Millisecond),
 	)
 	opts = append(opts, p.kgoOpts...)
+	// The committer exists before the client, whose rebalance callbacks
+	// use it; it marks nothing until the first poll.
+	p.commit = newCommitter(p.cfg.MaxInflightPolls, p.m, func(o map[string]map[int32]kgo.EpochOffset) { p.cl.MarkCommitOffsets(o) })
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	p.cl = cl
 	defer cl.Close()
-	p.commit = newCommitter(p.cfg.MaxInflightPolls, p.m, cl.MarkCommitOffsets)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
