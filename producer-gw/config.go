@@ -49,6 +49,11 @@ type Config struct {
 	// DevMode: GATEWAY_DEV_MODE, default false. Turns on POST /v1/dev/login,
 	// which mints a token for any user: never in production.
 	DevMode bool
+	// Web: GATEWAY_WEB, default the value of GATEWAY_DEV_MODE. Serves the
+	// demo chat page (producer-gw/web) at GET / and GET /app/. Without dev
+	// mode the page cannot log in by itself: paste a token from
+	// `seqflow token` into it.
+	Web bool
 	// DevEd25519Private: GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY, the key dev
 	// login signs with when tokens are Ed25519 (with HS256 it uses the secret).
 	DevEd25519Private ed25519.PrivateKey
@@ -147,6 +152,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 	l.MaxSyncLimit = e.Int("GATEWAY_MAX_SYNC_LIMIT", l.MaxSyncLimit, 1, 10_000)
 	l.DefaultSyncLimit = min(l.DefaultSyncLimit, l.MaxSyncLimit)
 	c.Limits = l
+	c.Web = e.Bool("GATEWAY_WEB", c.DevMode)
 	if len(c.Brokers) == 0 {
 		e.Required("SEQFLOW_KAFKA_BROKERS")
 	}

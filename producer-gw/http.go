@@ -28,6 +28,9 @@ func (g *Gateway) routes() http.Handler {
 	if g.cfg.DevMode {
 		mux.HandleFunc("POST /v1/dev/login", g.serveDevLogin)
 	}
+	if g.cfg.Web {
+		mountWeb(mux)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		b := apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "no route %s %s", r.Method, r.URL.Path).Body()
 		writeJSON(w, http.StatusNotFound, wire.ErrorFrame{Op: wire.OpError,

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"embed"
+	"io/fs"
+	"net/http"
+	"time"
+)
+
+// webFiles is the demo chat page: plain HTML, CSS and JavaScript that
+// speak docs/protocol.md over the gateway's own WebSocket, with no build
+// step and nothing loaded from another origin.
+//
+//go:embed web
+var webFiles embed.FS
+
+// webPolicy keeps the page to its own origin: its scripts, its styles and
+// its WebSocket. 'self' covers ws: and wss: to the same host.
+const webPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// mountWeb serves the page at GET / and its files at GET /app/<file>.
+// Anything else keeps falling through to the API's JSON 404.
+func mountWeb(mux *http.ServeMux) {
+	index, err := webFiles.ReadFile("web/index.html")
+	if err != nil {
+		panic("producer-gw: web/index.html not embedded: " + err.Error()) // a build without the page is a broken build
+	}
+	app, err := fs.Sub(webFiles, "web/app")
+	if err != nil {
+		panic("producer-gw: web/app not embedded: " + err.Error())
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		webHeaders(w)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(index)
+	})
+	// One path segment: no directories, no listings, no index redirects.
+	mux.HandleFunc("GET /app/{file}", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("file")
+		b, err := fs.ReadFile(app, name)
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		webHeaders(w)
+		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(b))
+	})
+}
+
+func webHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", webPolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	// Embedded files carry no modification time: make browsers revalidate
+	// so a rebuilt gateway is never shown with yesterday's script.
+	h.Set("Cache-Control", "no-cache")
+}
