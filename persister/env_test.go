@@ -39,7 +39,7 @@ type env struct {
 	cl     *kgo.Client
 }
 
-func newEnv(t *testing.T, parts ...string) *env {
+func newEnv(t testing.TB, parts ...string) *env {
 	t.Helper()
 	st := stack.Require(t, append([]string{"kafka", "pg"}, parts...)...)
 	id := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
