@@ -191,6 +191,7 @@ missing_packages() { # what: all | kafka -> Debian package names that are needed
     [[ -n $(pg_bin_dir) ]] || echo postgresql
     { command -v redis-server && command -v redis-cli; } >/dev/null 2>&1 || echo redis-server
     command -v protoc >/dev/null 2>&1 || echo protobuf-compiler
+    if [[ $EUID -eq 0 ]] && ! command -v chromium >/dev/null 2>&1; then echo chromium; fi # producer-gw's browser test; optional without root
   fi
   return 0
 }

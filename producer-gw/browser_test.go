@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromiumPath finds Debian's chromium (infra/local/stack.sh installs it
+// when run as root). Without it the browser test fails under
+// SEQFLOW_REQUIRE_STACK=1 and is skipped otherwise, like any missing part
+// of the stack.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("SEQFLOW_CHROMIUM")
+	if path == "" {
+		path = "/usr/bin/chromium"
+	}
+	if _, err := exec.LookPath(path); err != nil {
+		msg := fmt.Sprintf("chromium not found at %s (%v): install Debian's chromium "+
+			"(`apt-get install -y chromium`, which `bash infra/local/stack.sh up` does as root) or set SEQFLOW_CHROMIUM", path, err)
+		if os.Getenv("SEQFLOW_REQUIRE_STACK") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return path
+}
+
+// browser is one headless Chromium for the test; each tab() is a fresh
+// browser context, so two users share no storage.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1280, 820),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return bctx
+}
+
+// tab is one user's page.
+type tab struct {
+	t    *testing.T
+	name string
+	ctx  context.Context
+	dir  string
+
+	mu      sync.Mutex
+	console []string // the page's console and uncaught errors, for failures
+}
+
+func newTab(t *testing.T, bctx context.Context, name, dir string) *tab {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+	b := &tab{t: t, name: name, ctx: ctx, dir: dir}
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		t.Fatalf("%s: open tab: %v", name, err)
+	}
+	messages := chromedp.Console(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.console = append(b.console, m.String())
+			b.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return b
+}
+
+// do runs steps, failing the test with a screenshot and the page's
+// activity log if one fails.
+func (b *tab) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.fail("%s: %v", what, err)
+	}
+}
+
+// wait polls a JavaScript expression until it is truthy and returns its
+// value decoded into T.
+func wait[T any](b *tab, what, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 25*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Poll[T](expr, chromedp.WithPollingInterval(25*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second)))
+	if err != nil {
+		b.fail("wait for %s: %v", what, err)
+	}
+	return v
+}
+
+func eval[T any](b *tab, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.fail("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+func (b *tab) screenshot(label string) string {
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		b.t.Errorf("%s: screenshot: %v", b.name, err)
+		return ""
+	}
+	path := filepath.Join(b.dir, b.name+"-"+label+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Errorf("write %s: %v", path, err)
+	}
+	if keep := os.Getenv("SEQFLOW_SCREENSHOT_DIR"); keep != "" {
+		_ = os.WriteFile(filepath.Join(keep, b.name+"-"+label+".png"), png, 0o644)
+	}
+	return path
+}
+
+func (b *tab) fail(format string, args ...any) {
+	b.t.Helper()
+	shot := b.screenshot("failure")
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	activity, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.getElementById('log') || {}).innerText || ''`))
+	b.mu.Lock()
+	console := strings.Join(b.console, "\n")
+	b.mu.Unlock()
+	b.t.Fatalf("%s: %s\nscreenshot: %s\nactivity:\n%s\nconsole:\n%s", b.name, fmt.Sprintf(format, args...), shot, activity, console)
+}
+
+// row is one event as the page shows it.
+type row struct {
+	Seq    int64  `json:"seq"`
+	MsgID  string `json:"msg_id"`
+	Sender string `json:"sender"`
+	Body   string `json:"body"`
+}
+
+// rowJS finds the chat row of the open session whose body is text and
+// has its seq (a pending send has none yet).
+func rowJS(text string) string {
+	return fmt.Sprintf(`(() => {
+  const li = [...document.querySelectorAll('#messages li.msg[data-seq]')].find((li) => li.querySelector('.body').textContent === %s);
+  return li ? { seq: +li.dataset.seq, msg_id: li.dataset.msgId, sender: li.dataset.sender, body: li.querySelector('.body').textContent } : null;
+})()`, strconv.Quote(text))
+}
+
+func (b *tab) login(base, user string) {
+	b.t.Helper()
+	b.do("open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#login-form")))
+	b.screenshot("login")
+	b.do("log in as "+user,
+		chromedp.SetValue(chromedp.CSS("#login-user"), user),
+		chromedp.SetValue(chromedp.CSS("#login-device"), "browser"),
+		chromedp.Click(chromedp.CSS("#login-submit")),
+	)
+	wait[bool](b, "connected", `document.getElementById('conn').dataset.state === 'connected'`)
+	wait[bool](b, "first catch-up", `[...document.querySelectorAll('#log li')].some((li) => li.textContent.includes('loaded '))`)
+}
+
+func (b *tab) send(text string) row {
+	b.t.Helper()
+	b.do("send "+text, chromedp.SetValue(chromedp.CSS("#send-text"), text), chromedp.Click(chromedp.CSS("#send-button")))
+	r := wait[row](b, "seq of "+strconv.Quote(text), rowJS(text))
+	if r.Seq <= 0 || r.MsgID == "" {
+		b.fail("sent %q shows seq %d msg_id %q", text, r.Seq, r.MsgID)
+	}
+	return r
+}
+
+// open waits for a session to be listed (pushed or synced) and opens it.
+func (b *tab) open(session string) {
+	b.t.Helper()
+	sel := fmt.Sprintf(`#sessions li[data-session=%s]`, strconv.Quote(session))
+	wait[bool](b, "session "+session+" listed", fmt.Sprintf(`!!document.querySelector(%s)`, strconv.Quote(sel)))
+	b.do("open "+session, chromedp.Click(chromedp.CSS(sel)))
+}
+
+// sees waits until the open session shows want: same seq, msg_id, sender.
+func (b *tab) sees(want row) {
+	b.t.Helper()
+	got := wait[row](b, "row "+strconv.Quote(want.Body), rowJS(want.Body))
+	if got != want {
+		b.fail("shows %+v, want %+v", got, want)
+	}
+}
+
+// rows is every event of the open session, in page order.
+func (b *tab) rows() []row {
+	b.t.Helper()
+	return eval[[]row](b, `[...document.querySelectorAll('#messages li[data-seq]')].map((li) => ({
+  seq: +li.dataset.seq, msg_id: li.dataset.msgId, sender: li.dataset.sender,
+  body: (li.querySelector('.body') || li.querySelector('.text')).textContent }))`)
+}
+
+func (b *tab) activeSession(kind string) string {
+	b.t.Helper()
+	return wait[string](b, "an open "+kind+" session",
+		fmt.Sprintf(`(document.querySelector('#sessions li.active[data-kind=%s]') || {dataset: {}}).dataset.session || ''`, kind))
+}
+
+// TestBrowserChat drives the demo page in headless Chromium against the
+// real pipeline: two users chat in a direct session and a group, each
+// sees every message with the seq and msg_id the store holds, and a
+// reconnect catches up on what was sent while offline.
+func TestBrowserChat(t *testing.T) {
+	chromiumPath(t) // before the pipeline: fail fast
+	start := time.Now()
+	p := newPipeline(t)
+	gw := p.gateway(map[string]string{"GATEWAY_DEV_MODE": "true"}) // the page is on in dev mode by default
+	base := "http://" + gw.addr
+	bctx := browser(t)
+	dir := t.TempDir()
+	aliceID, bobID := user("alice"), user("bob")
+	alice, bob := newTab(t, bctx, "alice", dir), newTab(t, bctx, "bob", dir)
+	t.Logf("pipeline, gateway and browser up in %s", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	alice.login(base, aliceID)
+	bob.login(base, bobID)
+
+	// Direct: alice starts it, bob finds it pushed, both ways.
+	alice.do("start direct", chromedp.SetValue(chromedp.CSS("#direct-peer"), bobID), chromedp.Click(chromedp.CSS("#new-direct button")))
+	direct := alice.activeSession("direct")
+	if want := DirectSessionID(aliceID, bobID); direct != want {
+		t.Fatalf("direct session %q, want %q", direct, want)
+	}
+	a1 := alice.send("hello bob")
+	bob.open(direct)
+	bob.sees(a1)
+	b1 := bob.send("hi alice")
+	alice.sees(b1)
+	if a1.Sender != aliceID || b1.Sender != bobID || b1.Seq <= a1.Seq {
+		t.Fatalf("direct rows %+v then %+v: want alice's then bob's, seqs increasing", a1, b1)
+	}
+	// Group: alice creates it with bob; bob gets the create pushed.
+	alice.do("create group",
+		chromedp.SetValue(chromedp.CSS("#group-title"), "trip"),
+		chromedp.SetValue(chromedp.CSS("#group-members"), bobID),
+		chromedp.Click(chromedp.CSS("#new-group button")))
+	group := alice.activeSession("group")
+	if !strings.HasPrefix(group, "g-") {
+		t.Fatalf("group session %q, want g-…", group)
+	}
+	// Starting the direct session again is session_exists: the page finds
+	// it by its deterministic ID (SHA-256 in the browser, as the gateway).
+	alice.do("start direct again", chromedp.SetValue(chromedp.CSS("#direct-peer"), bobID), chromedp.Click(chromedp.CSS("#new-direct button")))
+	wait[bool](alice, "session_exists answered", `[...document.querySelectorAll('#log li')].some((li) => li.textContent.includes('session_exists'))`)
+	if again := alice.activeSession("direct"); again != direct {
+		t.Fatalf("starting the direct session again opened %q, want %q", again, direct)
+	}
+	alice.open(group)
+	a2 := alice.send("group hello")
+	bob.open(group)
+	bob.sees(a2)
+	b2 := bob.send("group hi")
+	alice.sees(b2)
+
+	// Reconnect: bob drops his socket, alice sends twice, bob comes back
+	// and catches up through changes + sync.
+	bob.do("disconnect", chromedp.Click(chromedp.CSS("#toggle")))
+	wait[bool](bob, "offline", `document.getElementById('conn').dataset.state === 'offline'`)
+	a3 := alice.send("while you were away 1")
+	a4 := alice.send("while you were away 2")
+	p.waitStored(group, a4.Seq) // sync reads the store, which lags the log
+	bob.do("reconnect", chromedp.Click(chromedp.CSS("#toggle")))
+	wait[bool](bob, "caught up line", `[...document.querySelectorAll('#log li.catchup')].some((li) => li.textContent.includes('caught up 2 messages in 1 session'))`)
+	bob.sees(a3)
+	bob.sees(a4)
+	wait[bool](bob, "caught up divider", `[...document.querySelectorAll('#messages li.divider')].some((li) => li.textContent.includes('caught up 2 messages'))`)
+
+	t.Logf("chat, group and reconnect in %s", time.Since(start).Round(time.Millisecond))
+
+	// Both pages show exactly the store's seqs and msg_ids for the group,
+	// and the seqs are on screen.
+	stored := storedRows(t, p, group)
+	for _, b := range []*tab{alice, bob} {
+		got := b.rows()
+		if len(got) != len(stored) {
+			b.fail("shows %d events %+v, store has %d %+v", len(got), got, len(stored), stored)
+		}
+		for i := range got {
+			if got[i].Seq != stored[i].Seq || got[i].MsgID != stored[i].MsgID || got[i].Sender != stored[i].Sender {
+				b.fail("row %d = %+v, store has %+v", i, got[i], stored[i])
+			}
+		}
+		text := eval[string](b, `document.getElementById('messages').innerText`)
+		for _, r := range stored {
+			if !strings.Contains(text, "#"+strconv.FormatInt(r.Seq, 10)) {
+				b.fail("seq #%d not on screen:\n%s", r.Seq, text)
+			}
+		}
+		t.Logf("%s: %s", b.name, b.screenshot("group"))
+	}
+}
+
+// storedRows is the session's events in the store, in seq order.
+func storedRows(t *testing.T, p *pipeline, session string) []row {
+	t.Helper()
+	rows, err := p.pool.Query(context.Background(),
+		`SELECT seq, msg_id::text, sender_user_id FROM messages WHERE session_id = $1 ORDER BY seq`, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.Seq, &r.MsgID, &r.Sender); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatalf("store rows of %s: %+v", session, out)
+	}
+	return out
+}
