@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/seqflow/seqflow/client/load"
@@ -30,9 +32,16 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 	var rows []string
 	var errs []error
 
+	named := map[int]string{os.Getpid(): "seqbench (load generator, clients)"}
+	for _, p := range s.procs {
+		named[p.cmd.Process.Pid] = p.name
+	}
+	var cpuNotes []string
 	maxO := base
 	maxO.InFlight = b.cfg.E2EInFlight
+	cpu0 := takeCPU(named)
 	rep, err := runLoad(ctx, maxO)
+	cpuNotes = append(cpuNotes, "CPU during the as-fast-as-possible run (setup, send and drain):\n\n"+cpuTable(cpu0, takeCPU(named), float64(rep.Acked)))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("as-fast-as-possible run: %w", err))
 	}
@@ -50,7 +59,9 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 
 	fixO := base
 	fixO.Rate = float64(b.cfg.FixedRate)
+	cpu0 = takeCPU(named)
 	rep, err = runLoad(ctx, fixO)
+	cpuNotes = append(cpuNotes, fmt.Sprintf("CPU during the run paced at %d msg/s:\n\n", b.cfg.FixedRate)+cpuTable(cpu0, takeCPU(named), float64(rep.Acked)))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("fixed-rate run: %w", err))
 	}
@@ -80,7 +91,12 @@ event over. Latency counts from the scheduled send time.
 | run | sent | acked | lost | late | dup | msgs/s | ack p50 / p99 / p999 ms | deliver p50 / p99 / p999 ms | errors |
 |---|---|---|---|---|---|---|---|---|---|
 %s
-`, b.cfg.Partitions, users, users/2, b.cfg.E2EDuration, joinLines(rows)))
+
+Where the CPU went (all processes of the box, grouped; "other" is other
+engineers' work on the shared machine):
+
+%s
+`, b.cfg.Partitions, users, users/2, b.cfg.E2EDuration, joinLines(rows), strings.Join(cpuNotes, "\n")))
 	}
 	return errors.Join(append(errs, s.exited())...)
 }

@@ -18,21 +18,30 @@ import (
 )
 
 // raiseNoFile lifts RLIMIT_NOFILE of this process, and so of the
-// services it starts (they inherit it), for the idle connections.
-func raiseNoFile(n uint64) error {
+// services it starts (they inherit it), towards n; without
+// CAP_SYS_RESOURCE only up to the hard limit. It returns the soft limit
+// in force afterwards.
+func raiseNoFile(n uint64) (uint64, error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return fmt.Errorf("get RLIMIT_NOFILE: %w", err)
+		return 0, fmt.Errorf("get RLIMIT_NOFILE: %w", err)
 	}
 	if lim.Cur >= n {
-		return nil
+		return lim.Cur, nil
 	}
-	want := syscall.Rlimit{Cur: n, Max: max(n, lim.Max)}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
-		return fmt.Errorf("raise RLIMIT_NOFILE to %d (from %d/%d): %w", n, lim.Cur, lim.Max, err)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: max(n, lim.Max)}); err == nil {
+		return n, nil
 	}
-	return nil
+	// Not permitted above the hard limit (no CAP_SYS_RESOURCE here).
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: lim.Max, Max: lim.Max}); err != nil {
+		return 0, fmt.Errorf("raise RLIMIT_NOFILE to its hard limit %d: %w", lim.Max, err)
+	}
+	return lim.Max, nil
 }
+
+// fdReserve is what the gateway and the orchestrator keep for everything
+// but the idle connections (Kafka, PostgreSQL, Redis, listeners, logs).
+const fdReserve = 256
 
 // vmRSS reads VmRSS of pid in bytes.
 func vmRSS(pid int) (int64, error) {
@@ -59,8 +68,15 @@ func vmRSS(pid int) (int64, error) {
 // gateway process, keeps them open answering pings and nothing else, and
 // divides the growth of the gateway's VmRSS by the connections open.
 func (b *Bench) idle(ctx context.Context, r *Results) error {
-	if err := raiseNoFile(uint64(b.cfg.IdleConns)*2 + 10_000); err != nil {
+	limit, err := raiseNoFile(uint64(b.cfg.IdleConns) + 10_000)
+	if err != nil {
 		return err
+	}
+	n := b.cfg.IdleConns
+	capped := ""
+	if n > int(limit)-fdReserve {
+		n = int(limit) - fdReserve
+		capped = fmt.Sprintf(" Capped from %d: RLIMIT_NOFILE is %d here and cannot be raised (no CAP_SYS_RESOURCE), and the gateway and this process each need a descriptor per connection plus %d for the rest.", b.cfg.IdleConns, limit, fdReserve)
 	}
 	s, err := b.startServices(ctx, "idle", "producer-gw")
 	if err != nil {
@@ -78,7 +94,6 @@ func (b *Bench) idle(ctx context.Context, r *Results) error {
 		return fmt.Errorf("token signer: %w", err)
 	}
 	prefix := "idle" + randHex(3)
-	n := b.cfg.IdleConns
 	conns := make([]*websocket.Conn, n)
 	var open, failed atomic.Int64
 	var firstErr atomic.Value
@@ -134,18 +149,20 @@ func (b *Bench) idle(ctx context.Context, r *Results) error {
 	perConn := float64(after-before) / float64(held)
 	src := fmt.Sprintf("SEQBENCH_IDLE_CONNS=%d go tool task bench (cmd/seqbench idle: VmRSS of the gateway before and 5 s after the dials)", n)
 	r.set("idle_conns", float64(held), src)
+	r.set("idle_conns_asked", float64(b.cfg.IdleConns), src)
+	r.set("idle_rlimit_nofile", float64(limit), src)
 	r.set("gateway_rss_bytes_per_conn", perConn, src)
 	r.Details = append(r.Details, fmt.Sprintf(`### Idle WebSocket connections on one gateway
 
 One fresh gateway process (RLIMIT_NOFILE raised by the orchestrator);
 %d connections opened, one user each, 64 dials at a time; each client only
 answers pings. VmRSS from /proc/<pid>/status before the dials and 5 s after
-the last one.
+the last one.%s
 
 | asked | held 5 s after | failed dials | dial time s | VmRSS before MiB | VmRSS after MiB | bytes per connection |
 |---|---|---|---|---|---|---|
 | %d | %d | %d | %.1f | %.1f | %.1f | %s |
-`, n, n, held, failed.Load(), dialSecs, float64(before)/(1<<20), float64(after)/(1<<20), num(perConn)))
+`, n, capped, n, held, failed.Load(), dialSecs, float64(before)/(1<<20), float64(after)/(1<<20), num(perConn)))
 	if f := failed.Load(); f > 0 {
 		return fmt.Errorf("%d of %d dials failed, first: %v", f, n, firstErr.Load())
 	}
