@@ -133,6 +133,7 @@ type Stats struct {
 	Posted            int64 // commands posted
 	Resent            int64 // command frames sent again (reconnect, ACK timeout, retryable error)
 	RetryableErrors   int64 // retryable error frames answering commands
+	Accepted          int64 // "accepted" ACKs (durable, seq to follow as a seq_notice)
 	DuplicateAcks     int64 // ACKs of a retry that had a seq already
 	Delivered         int64 // events handed to OnEvent
 	DuplicatesDropped int64 // pushed events dropped as already held
@@ -142,8 +143,8 @@ type Stats struct {
 }
 
 type counters struct {
-	Connects, Posted, Resent, RetryableErrors, DuplicateAcks atomic.Int64
-	Delivered, DuplicatesDropped, Gaps, GapTimeouts, Synced  atomic.Int64
+	Connects, Posted, Resent, RetryableErrors, DuplicateAcks, Accepted atomic.Int64
+	Delivered, DuplicatesDropped, Gaps, GapTimeouts, Synced            atomic.Int64
 }
 
 // Client is one user's device connected to seqflow. Its methods are safe
@@ -686,7 +687,7 @@ func (c *Client) Stats() Stats {
 	s := &c.st
 	return Stats{
 		Connects: s.Connects.Load(), Posted: s.Posted.Load(), Resent: s.Resent.Load(),
-		RetryableErrors: s.RetryableErrors.Load(), DuplicateAcks: s.DuplicateAcks.Load(),
+		RetryableErrors: s.RetryableErrors.Load(), Accepted: s.Accepted.Load(), DuplicateAcks: s.DuplicateAcks.Load(),
 		Delivered: s.Delivered.Load(), DuplicatesDropped: s.DuplicatesDropped.Load(),
 		Gaps: s.Gaps.Load(), GapTimeouts: s.GapTimeouts.Load(), Synced: s.Synced.Load(),
 	}

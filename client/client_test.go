@@ -161,6 +161,23 @@ func TestSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("an accepted ACK is completed by the seq notice, without a second send", func(t *testing.T) {
+		impatient := p.gateway(t, "gw-impatient", "GATEWAY_ACK_WAIT=0s")
+		a := p.start(t, user("alice"), "phone", []string{impatient.url}, func(o *Options) { o.AckTimeout = time.Minute })
+		ctx := ctxT(t, 30*time.Second)
+		g, err := a.CreateGroup(ctx, "notice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := a.Send(ctx, g.SessionID, Text("via notice"))
+		if err != nil || ack.Seq <= g.Seq || ack.MsgID == "" || ack.Duplicate {
+			t.Fatalf("send = %+v, %v; want a fresh seq after %d", ack, err, g.Seq)
+		}
+		if st := a.Stats(); st.Accepted != 2 || st.Resent != 0 {
+			t.Fatalf("stats %+v: want both commands accepted first and none resent (the notices answer them)", st)
+		}
+	})
+
 	t.Run("errors carry the server's code, name and retryability", func(t *testing.T) {
 		a := p.start(t, user("alice"), "phone", []string{gw.url}, nil)
 		ctx := ctxT(t, 30*time.Second)

@@ -233,6 +233,7 @@ func (s *sender) onFrame(f serverFrame) {
 		// Durable in Kafka; the seq follows as a seq_notice. Wait another
 		// ACK timeout before asking again with a resend.
 		p.sentAt = now
+		s.stats.Accepted.Add(1)
 		s.mu.Unlock()
 		return
 	case f.Status == wire.StatusOK:
