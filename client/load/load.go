@@ -179,6 +179,7 @@ type run struct {
 	lastSeq   []map[string]int64 // per recipient: session → last seq handed over
 	created   map[string]map[int]bool
 	errs      map[string]int64
+	scheduled int64 // messages handed to a user's sender
 	posted    int64
 	acked     int64
 	failed    int64
@@ -375,9 +376,13 @@ func (r *run) send(ctx context.Context) {
 		r.mu.Lock()
 		r.msgs[id] = &sent{at: at, sender: u, session: s}
 		r.mu.Unlock()
+		r.mu.Lock()
+		r.scheduled++
+		r.mu.Unlock()
 		if _, err := r.clients[u].PostWithID(sctx, id, s.id, r.body(n)); err != nil {
 			r.mu.Lock()
-			delete(r.msgs, id) // the window stayed full until the phase ended
+			delete(r.msgs, id)
+			r.errs["window_full_at_end"]++ // the window stayed full until the phase ended
 			r.mu.Unlock()
 			return
 		}
@@ -430,6 +435,7 @@ func (r *run) send(ctx context.Context) {
 			case queues[u] <- next:
 			default:
 				r.mu.Lock()
+				r.scheduled++
 				r.errs["generator_queue_full"]++
 				r.mu.Unlock()
 			}

@@ -22,6 +22,11 @@ type Report struct {
 	BodyBytes  int     `json:"body_bytes"`
 	TargetRate float64 `json:"target_rate_msgs_per_s"` // 0: as fast as possible
 
+	// Scheduled counts messages the generator meant to send; those not
+	// sent are in Errors as window_full_at_end (a client's window was full
+	// until the send phase ended) or generator_queue_full (paced: a user
+	// was 4096 messages behind).
+	Scheduled int64 `json:"scheduled"`
 	// Sent counts messages posted; Acked those with an ok ACK (a seq);
 	// Failed those answered with a final error or not answered by the end
 	// of the drain.
@@ -81,7 +86,7 @@ func (r *run) report(sendSecs float64) Report {
 	rep := Report{
 		Users: o.Users, Sessions: o.Sessions, Groups: o.groups(), GroupSize: o.GroupSize, Gateways: len(o.Gateways),
 		BodyBytes: o.BodyBytes, TargetRate: o.Rate,
-		Sent: r.posted, Acked: r.acked, Failed: r.posted - r.acked, Delivered: r.delivered,
+		Scheduled: r.scheduled, Sent: r.posted, Acked: r.acked, Failed: r.posted - r.acked, Delivered: r.delivered,
 		Late: r.late, Lost: r.lost, Duplicated: r.dups, OutOfOrder: r.ooo,
 		DurationS: sendSecs, Errors: map[string]int64{},
 	}
