@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -49,7 +50,7 @@ func (p *Persister) process(ctx context.Context, w *store.Writer, cl *kgo.Client
 	var all []*entry
 	for _, r := range recs {
 		e := decode(r, p.cfg.Topics)
-		i := int(r.Partition) % p.cfg.Writers
+		i := shardOf(r, p.cfg.Writers)
 		shards[i] = append(shards[i], e)
 		all = append(all, e)
 	}
@@ -60,6 +61,10 @@ func (p *Persister) process(ctx context.Context, w *store.Writer, cl *kgo.Client
 		}
 	}
 	if err := g.Wait(); err != nil {
+		return err
+	}
+	// Only now does the schema hold everything up to these offsets.
+	if err := p.writeOffsets(ctx, w, all); err != nil {
 		return err
 	}
 	if err := p.deadLetter(ctx, cl, all); err != nil {
@@ -78,7 +83,36 @@ func (p *Persister) process(ctx context.Context, w *store.Writer, cl *kgo.Client
 	return nil
 }
 
-// write stores es (one writer's share, in log order per partition) in one
+// shardOf spreads records over writers by key (the session): a session's
+// events stay in order in one writer, and every writer gets a share of
+// every partition.
+func shardOf(r *kgo.Record, writers int) int {
+	if writers == 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write(r.Key)
+	return int(h.Sum32() % uint32(writers))
+}
+
+// writeOffsets records in the schema, after every share of the batch
+// committed, the next offset of each partition in the batch: the schema now
+// holds everything before it.
+func (p *Persister) writeOffsets(ctx context.Context, w *store.Writer, es []*entry) error {
+	b := &store.Batch{Offsets: offsetsOf(es)}
+	return retry(ctx, p.cfg.RetryMin, p.cfg.RetryMax, 0, func() error {
+		wctx, cancel := context.WithTimeout(ctx, p.cfg.WriteTimeout)
+		defer cancel()
+		_, err := w.Write(wctx, b)
+		if err != nil && ctx.Err() == nil {
+			p.m.retries.WithLabelValues(retryClass(err)).Inc()
+			p.log.Warn("write stored offsets failed; retrying", "err", err)
+		}
+		return err
+	})
+}
+
+// write stores es (one writer's share, in log order per session) in one
 // transaction, retrying with backoff until it commits or ctx ends: no
 // record is skipped. When PostgreSQL refuses the data itself, the share is
 // split in halves, written in order, down to the one record at fault, which
@@ -156,33 +190,39 @@ func (p *Persister) isolate(ctx context.Context, w *store.Writer, es []*entry, c
 }
 
 // batchOf builds the store batch of es, and for each row the entry it
-// came from. Offsets cover every entry, dead letters included.
+// came from.
 func batchOf(es []*entry) (*store.Batch, []int) {
 	b := &store.Batch{}
 	var rowEntry []int
+	for i, e := range es {
+		if e.storable() && b.Add(e.item) >= 0 {
+			rowEntry = append(rowEntry, i)
+		}
+	}
+	return b, rowEntry
+}
+
+// offsetsOf is the next offset of each topic partition of es, dead letters
+// included.
+func offsetsOf(es []*entry) []store.Offset {
 	type tp struct {
 		t string
 		p int32
 	}
 	next := map[tp]int64{}
 	var order []tp
-	for i, e := range es {
+	for _, e := range es {
 		k := tp{e.rec.Topic, e.rec.Partition}
 		if _, ok := next[k]; !ok {
 			order = append(order, k)
 		}
 		next[k] = max(next[k], e.rec.Offset+1)
-		if !e.storable() {
-			continue
-		}
-		if b.Add(e.item) >= 0 {
-			rowEntry = append(rowEntry, i)
-		}
 	}
+	out := make([]store.Offset, 0, len(order))
 	for _, k := range order {
-		b.Offsets = append(b.Offsets, store.Offset{Topic: k.t, Partition: k.p, Next: next[k]})
+		out = append(out, store.Offset{Topic: k.t, Partition: k.p, Next: next[k]})
 	}
-	return b, rowEntry
+	return out
 }
 
 func (p *Persister) applied(es []*entry, b *store.Batch, rowEntry []int, res store.Result) {

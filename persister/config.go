@@ -36,7 +36,7 @@ type Config struct {
 	// its first record, default 20ms.
 	BatchWait time.Duration
 	// Writers: PERSISTER_WRITERS, database transactions run in parallel per
-	// batch (partition p goes to writer p mod Writers), default 2.
+	// batch (records shared out by a hash of the key, the session), default 2.
 	Writers int
 	// WriteTimeout: PERSISTER_WRITE_TIMEOUT, bound of one write attempt,
 	// default 30s.

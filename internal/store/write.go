@@ -427,6 +427,13 @@ func highestOffsets(os []Offset) ([]string, []int32, []int64) {
 			best[key] = o.Next
 		}
 	}
+	// In key order, so writers racing over the same partitions cannot deadlock.
+	slices.SortFunc(order, func(a, b k) int {
+		if c := strings.Compare(a.t, b.t); c != 0 {
+			return c
+		}
+		return int(a.p - b.p)
+	})
 	t, p, n := make([]string, len(order)), make([]int32, len(order)), make([]int64, len(order))
 	for i, key := range order {
 		t[i], p[i], n[i] = key.t, key.p, best[key]

@@ -113,7 +113,7 @@ CREATE TABLE delivery_cursors (
     PRIMARY KEY (session_id, user_id, device_id)
 );
 
--- store_offsets records, in the same transaction as the rows, the next
+-- store_offsets records, once the rows before it are committed, the next
 -- offset of each topic partition this schema holds everything before. A
 -- persister starting on a schema resumes from the lower of this and its
 -- group's committed offset, so a schema built by replay (or restored from a
@@ -134,7 +134,3 @@ CREATE TABLE store_pointer (
     schema_name text        NOT NULL,
     switched_at timestamptz NOT NULL DEFAULT now()
 );
-
--- Every batch updates its sessions' rows: leave room on each page so the
--- updates stay HOT (no index entries for the new row versions).
-ALTER TABLE sessions SET (fillfactor = 70);
