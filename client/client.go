@@ -42,10 +42,14 @@ type Options struct {
 	// InFlight bounds the commands awaiting their ACK; Post blocks while
 	// the window is full. Default 32 (the gateway's own bound is 64).
 	InFlight int
-	// AckTimeout is how long a command waits for its ok ACK (or for the
-	// seq_notice after an "accepted" ACK) before it is resent with the same
-	// client_msg_id. Default 10s.
+	// AckTimeout is how long a command waits for any answer before it is
+	// resent with the same client_msg_id. Default 10s.
 	AckTimeout time.Duration
+	// AcceptedTimeout is how long a command answered "accepted" (durable in
+	// Kafka, seq to follow) waits for its seq_notice before it is asked for
+	// again with the same client_msg_id, which returns the seq at once if
+	// the notice was lost. Default 3s.
+	AcceptedTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the jittered exponential pauses
 	// between connection attempts and after retryable errors. Defaults
 	// 100ms and 5s.
@@ -215,6 +219,7 @@ func New(opts Options) (*Client, error) {
 		errs = append(errs, fmt.Errorf("SyncLimit: %d not in 1..200", opts.SyncLimit))
 	}
 	def(&opts.AckTimeout, 10*time.Second, "AckTimeout")
+	def(&opts.AcceptedTimeout, 3*time.Second, "AcceptedTimeout")
 	def(&opts.MinBackoff, 100*time.Millisecond, "MinBackoff")
 	def(&opts.MaxBackoff, 5*time.Second, "MaxBackoff")
 	def(&opts.DeliveredInterval, 100*time.Millisecond, "DeliveredInterval")
@@ -250,6 +255,7 @@ func New(opts Options) (*Client, error) {
 		c.ob, pending = ob, p
 	}
 	c.snd = newSender(opts.InFlight, opts.AckTimeout, c.retry, c.ob, &c.st)
+	c.snd.acceptedTimeout = opts.AcceptedTimeout
 	c.snd.onFinish = opts.OnFinish
 	c.recovered = c.snd.recover(pending)
 	c.rcp = newReceipts(opts.DeliveredCount, opts.DeliveredInterval, c.writeDelivered)

@@ -163,7 +163,7 @@ func TestSDK(t *testing.T) {
 
 	t.Run("an accepted ACK is completed by the seq notice, without a second send", func(t *testing.T) {
 		impatient := p.gateway(t, "gw-impatient", "GATEWAY_ACK_WAIT=0s")
-		a := p.start(t, user("alice"), "phone", []string{impatient.url}, func(o *Options) { o.AckTimeout = time.Minute })
+		a := p.start(t, user("alice"), "phone", []string{impatient.url}, func(o *Options) { o.AckTimeout, o.AcceptedTimeout = time.Minute, time.Minute })
 		ctx := ctxT(t, 30*time.Second)
 		g, err := a.CreateGroup(ctx, "notice")
 		if err != nil {

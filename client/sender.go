@@ -39,6 +39,7 @@ type Pending struct {
 	sentOn   *conn
 	sentAt   time.Time
 	retryAt  time.Time // after a retryable error: not before
+	accepted bool      // answered "accepted": waiting for the seq_notice
 	attempts int
 	finished bool
 }
@@ -72,12 +73,13 @@ func (p *Pending) Result() (Ack, error) {
 // connection, again when its ACK is overdue, and after a backoff when the
 // gateway answered with a retryable error.
 type sender struct {
-	window     chan struct{}
-	ackTimeout time.Duration
-	retry      backoff
-	outbox     *outbox
-	stats      *counters
-	onFinish   func(*Pending)
+	window          chan struct{}
+	ackTimeout      time.Duration
+	acceptedTimeout time.Duration
+	retry           backoff
+	outbox          *outbox
+	stats           *counters
+	onFinish        func(*Pending)
 
 	mu     sync.Mutex
 	cur    *conn
@@ -152,7 +154,7 @@ func (s *sender) sendLocked(p *Pending, c *conn, now time.Time) {
 		s.stats.Resent.Add(1)
 	}
 	p.attempts++
-	p.sentOn, p.sentAt, p.retryAt = c, now, time.Time{}
+	p.sentOn, p.sentAt, p.retryAt, p.accepted = c, now, time.Time{}, false
 	// A full queue or a dead connection is found out by the resend scan.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = c.send(ctx, p.frame)
@@ -206,7 +208,7 @@ func (s *sender) scan(now time.Time) {
 			if !now.Before(p.retryAt) {
 				s.sendLocked(p, c, now)
 			}
-		case p.sentOn != c || now.Sub(p.sentAt) >= s.ackTimeout:
+		case p.sentOn != c || now.Sub(p.sentAt) >= s.ackTimeout || (p.accepted && now.Sub(p.sentAt) >= s.acceptedTimeout):
 			s.sendLocked(p, c, now)
 		}
 	}
@@ -230,9 +232,9 @@ func (s *sender) onFrame(f serverFrame) {
 	case f.Op == wire.OpError:
 		s.finishLocked(p, Ack{}, serverError(f.Error, f.ClientMsgID))
 	case f.Status == wire.StatusAccepted:
-		// Durable in Kafka; the seq follows as a seq_notice. Wait another
-		// ACK timeout before asking again with a resend.
-		p.sentAt = now
+		// Durable in Kafka; the seq follows as a seq_notice. Ask again
+		// after acceptedTimeout in case the notice is lost.
+		p.sentAt, p.accepted = now, true
 		s.stats.Accepted.Add(1)
 		s.mu.Unlock()
 		return
