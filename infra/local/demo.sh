@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # seqflow demo: brings the local stack and every service up, pushes messages
 # through the whole pipeline (gateway → Kafka → sequencer → persister and
-# pusher → gateway), prints what came back, and keeps running until Ctrl-C.
+# pusher → gateway), prints what came back, serves the web chat page
+# (producer-gw/web, on because GATEWAY_DEV_MODE=true) and prints its URL,
+# and keeps running until Ctrl-C.
 # With CI=true, without a terminal, or with --once it exits after the run.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -62,10 +64,15 @@ for addr in 127.0.0.1:9101 127.0.0.1:9102 127.0.0.1:9104 127.0.0.1:9103; do
 done
 
 gw=http://127.0.0.1:8080
+page="$gw/"
+if ! curl -fsS "$page" | grep -q '<title>seqflow chat</title>'; then
+  echo "the gateway does not serve the chat page at $page; logs in $logs/" >&2
+  exit 1
+fi
 login() { curl -fsS -XPOST "$gw/v1/dev/login" -d "{\"user_id\":\"$1\",\"device_id\":\"$2\"}" | sed -E 's/.*"token":"([^"]+)".*/\1/'; }
 post() { curl -sS -H "Authorization: Bearer $1" -XPOST "$gw/v1/$2" -d "$3"; echo; }
 
-say "alice and bob: a direct session, a message, a retry of it, and sync"
+say "alice and bob: a group, a message, a retry of it, and sync"
 A=$(login alice laptop)
 B=$(login bob phone)
 run=$(date +%s)
@@ -91,8 +98,13 @@ fi
 say "the committed log (seqflow tap)"
 "$bin/seqflow" tap -from start -session "$sid" -idle-exit 3s | head -n 5
 
+say "web chat: $page"
+echo "open it in two tabs or windows, log in as alice in one and bob in the other:"
+echo "the demo group is already there; start a direct session, watch each message's seq,"
+echo "and try disconnect / reconnect to see the page catch up."
+
 if $once; then
   exit 0
 fi
-say "running: gateway $gw (dev login on), metrics on 127.0.0.1:9101-9104, logs in $logs/. Ctrl-C stops."
+say "running: chat page $page, gateway $gw (dev login on), metrics on 127.0.0.1:9101-9104, logs in $logs/. Ctrl-C stops."
 wait

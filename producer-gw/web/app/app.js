@@ -708,6 +708,7 @@ function showChat() {
   $('login').hidden = true;
   $('chat').hidden = false;
   $('logout').hidden = false;
+  $('conn').hidden = false;
   $('whoami').textContent = `${state.user}/${state.device}`;
   document.title = `${state.user} · seqflow chat`;
   connect();
