@@ -67,7 +67,7 @@ func TestSDK(t *testing.T) {
 		}
 		// The store lags the push path by the persister's batch time.
 		var stored map[string]int
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			stored = storedMessages(t, p, g.SessionID)
 			if len(stored) >= n || time.Now().After(deadline) {
 				break
