@@ -61,11 +61,11 @@ func (b *Bench) Run(ctx context.Context) error {
 	r.set("run_duration_s", took.Seconds(), "go tool task bench")
 	facts = append(facts, fmt.Sprintf("whole run: %.0f s (phases: %s)", took.Seconds(), strings.Join(b.cfg.Phases, ", ")))
 	var errs []error
-	if err := writeJSON(filepath.Join(b.cfg.Root, b.cfg.JSON), r.Values); err != nil {
+	if err := writeJSON(b.path(b.cfg.JSON), r.Values); err != nil {
 		errs = append(errs, err)
 	}
 	if b.cfg.Doc != "" {
-		if err := writeDoc(filepath.Join(b.cfg.Root, b.cfg.Doc), Section(facts, r)); err != nil {
+		if err := writeDoc(b.path(b.cfg.Doc), Section(facts, r)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -74,6 +74,14 @@ func (b *Bench) Run(ctx context.Context) error {
 		return err
 	}
 	return ctx.Err()
+}
+
+// path resolves p against the repository root unless it is absolute.
+func (b *Bench) path(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(b.cfg.Root, p)
 }
 
 // machineFacts are the doc's machine lines, read once at the start (the

@@ -38,7 +38,7 @@ type Config struct {
 	// default 15s.
 	E2EDuration time.Duration
 	// E2EUsers: SEQBENCH_E2E_USERS, users (one connection each) of the
-	// e2e runs, default 400; sessions are half as many direct pairs.
+	// e2e runs, default 200; sessions are half as many direct pairs.
 	E2EUsers int
 	// E2EInFlight: SEQBENCH_E2E_IN_FLIGHT, each client's window in the
 	// as-fast-as-possible run, default 32.
@@ -80,7 +80,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Partitions:       e.Int("SEQBENCH_PARTITIONS", 8, 1, 256),
 		PortBase:         e.Int("SEQBENCH_PORT_BASE", 18400, 1024, 65000),
 		E2EDuration:      e.Duration("SEQBENCH_E2E_DURATION", 15*time.Second, time.Second, 5*time.Minute),
-		E2EUsers:         e.Int("SEQBENCH_E2E_USERS", 400, 2, 100_000),
+		E2EUsers:         e.Int("SEQBENCH_E2E_USERS", 200, 2, 100_000),
 		E2EInFlight:      e.Int("SEQBENCH_E2E_IN_FLIGHT", 32, 1, 64),
 		FixedRate:        e.Int("SEQBENCH_FIXED_RATE", 2000, 1, 1_000_000),
 		IdleConns:        e.Int("SEQBENCH_IDLE_CONNS", 20_000, 1, 200_000),

@@ -101,7 +101,11 @@ func cpuTable(before, after cpuSnapshot, msgs float64) string {
 	fmt.Fprintf(&b, "Machine busy %.0f%% of %.0f CPU-seconds (`/proc/stat`) during the run.\n\n", 100*busy/max(total, 1e-9), total)
 	b.WriteString("| process group | CPU s | share of CPU used | CPU ms per 1,000 msgs |\n|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %.1f | %.0f%% | %.1f |\n", r.name, r.secs, 100*r.secs/sum, 1000*1000*r.secs/max(msgs, 1))
+		per := "—"
+		if msgs > 0 {
+			per = fmt.Sprintf("%.1f", 1000*1000*r.secs/msgs)
+		}
+		fmt.Fprintf(&b, "| %s | %.1f | %.0f%% | %s |\n", r.name, r.secs, 100*r.secs/sum, per)
 	}
 	return b.String()
 }

@@ -17,7 +17,7 @@ import (
 // sends FanoutMessages messages to it one after the other and measures
 // send → each online member's delivery.
 func (b *Bench) fanout(ctx context.Context, r *Results) error {
-	s, err := b.startServices(ctx, "fanout", serviceOrder...)
+	s, err := b.startServices(ctx, "fanout", nil, serviceOrder...)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -64,9 +65,26 @@ func vmRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
 }
 
+// idleResult is one idle run.
+type idleResult struct {
+	asked, held, failed int
+	before, after       int64
+	dialSecs            float64
+	firstErr            error
+}
+
+func (r idleResult) perConn() float64 { return float64(r.after-r.before) / float64(max(r.held, 1)) }
+
+func (r idleResult) row(name string) string {
+	return fmt.Sprintf("| %s | %d | %d | %d | %.1f | %.1f | %.1f | %s |", name, r.asked, r.held, r.failed, r.dialSecs,
+		float64(r.before)/(1<<20), float64(r.after)/(1<<20), num(r.perConn()))
+}
+
 // idle opens IdleConns WebSocket connections, one user each, to one fresh
 // gateway process, keeps them open answering pings and nothing else, and
-// divides the growth of the gateway's VmRSS by the connections open.
+// divides the growth of the gateway's VmRSS by the connections open. A
+// second run with GATEWAY_CONN_QUEUE=64 shows what the per-connection
+// send queue (512 slots, allocated up front) costs.
 func (b *Bench) idle(ctx context.Context, r *Results) error {
 	limit, err := raiseNoFile(uint64(b.cfg.IdleConns) + 10_000)
 	if err != nil {
@@ -78,25 +96,73 @@ func (b *Bench) idle(ctx context.Context, r *Results) error {
 		n = int(limit) - fdReserve
 		capped = fmt.Sprintf(" Capped from %d: RLIMIT_NOFILE is %d here and cannot be raised (no CAP_SYS_RESOURCE), and the gateway and this process each need a descriptor per connection plus %d for the rest.", b.cfg.IdleConns, limit, fdReserve)
 	}
-	s, err := b.startServices(ctx, "idle", "producer-gw")
+	src := fmt.Sprintf("SEQBENCH_IDLE_CONNS=%d go tool task bench (cmd/seqbench idle: VmRSS of the gateway before and 5 s after the dials)", b.cfg.IdleConns)
+	def, err := b.idleRun(ctx, n, nil)
 	if err != nil {
 		return err
+	}
+	r.set("idle_conns", float64(def.held), src)
+	r.set("gateway_rss_bytes_per_conn", def.perConn(), src)
+	r.set("idle_conns_asked", float64(b.cfg.IdleConns), src)
+	r.set("idle_rlimit_nofile", float64(limit), src)
+	rows := []string{def.row("defaults (GATEWAY_CONN_QUEUE=512)")}
+	q64, qerr := b.idleRun(ctx, n, []string{"GATEWAY_CONN_QUEUE=64"})
+	if qerr == nil {
+		r.set("gateway_rss_bytes_per_conn_queue64", q64.perConn(), src+" with GATEWAY_CONN_QUEUE=64")
+		rows = append(rows, q64.row("experiment: GATEWAY_CONN_QUEUE=64"))
+	}
+	r.Details = append(r.Details, fmt.Sprintf(`### Idle WebSocket connections on one gateway
+
+One fresh gateway process per row; %d connections opened, one user each,
+64 dials at a time; each client only answers pings. VmRSS from
+/proc/<pid>/status before the dials and 5 s after the last one.%s
+
+| gateway settings | asked | held 5 s after | failed dials | dial time s | VmRSS before MiB | VmRSS after MiB | bytes per connection |
+|---|---|---|---|---|---|---|---|
+%s
+
+Where it goes: `+"`SEQFLOW_BENCH_HEAPPROFILE=heap.pprof go test -run XXX -bench BenchmarkIdle_Conns2k -benchtime 1x ./producer-gw`"+`
+reports heap and goroutine stacks per connection (both ends, client and
+gateway in one process) and `+"`go tool pprof -sample_index=inuse_space -top heap.pprof`"+`
+splits the heap by function: the largest item is the connection's send
+queue, `+"`make(chan []byte, GATEWAY_CONN_QUEUE)`"+` in serveWS (512 × 24 B ≈
+12 KiB of heap per connection, mostly untouched zero pages, so it weighs
+less in RSS, as the second row shows), then the 4 KiB bufio reader and
+writer net/http keeps for a hijacked connection; the gateway also runs
+about three goroutines per connection, whose stacks are the other large
+share.
+`, n, capped, joinLines(rows)))
+	var errs []error
+	if def.failed > 0 {
+		errs = append(errs, fmt.Errorf("%d of %d dials failed, first: %v", def.failed, n, def.firstErr))
+	}
+	if qerr != nil {
+		errs = append(errs, fmt.Errorf("GATEWAY_CONN_QUEUE=64 run: %w", qerr))
+	}
+	return errors.Join(errs...)
+}
+
+// idleRun starts one gateway with extra env and holds n connections.
+func (b *Bench) idleRun(ctx context.Context, n int, extra []string) (idleResult, error) {
+	res := idleResult{asked: n}
+	s, err := b.startServices(ctx, "idle", extra, "producer-gw")
+	if err != nil {
+		return res, err
 	}
 	defer s.stop()
 	pid := s.pid("producer-gw")
 	time.Sleep(2 * time.Second)
-	before, err := vmRSS(pid)
-	if err != nil {
-		return err
+	if res.before, err = vmRSS(pid); err != nil {
+		return res, err
 	}
 	signer, err := auth.NewHS256Signer([]byte(benchSecret))
 	if err != nil {
-		return fmt.Errorf("token signer: %w", err)
+		return res, fmt.Errorf("token signer: %w", err)
 	}
 	prefix := "idle" + randHex(3)
 	conns := make([]*websocket.Conn, n)
 	var open, failed atomic.Int64
-	var firstErr atomic.Value
+	var errMu sync.Mutex
 	cctx, closeAll := context.WithCancel(context.WithoutCancel(ctx))
 	defer closeAll()
 	hc := &http.Client{Timeout: 30 * time.Second}
@@ -125,48 +191,31 @@ func (b *Bench) idle(ctx context.Context, r *Results) error {
 				}
 			}
 			failed.Add(1)
-			firstErr.CompareAndSwap(nil, err)
+			errMu.Lock()
+			if res.firstErr == nil {
+				res.firstErr = err
+			}
+			errMu.Unlock()
 		})
 	}
 	wg.Wait()
-	dialSecs := time.Since(start).Seconds()
+	res.dialSecs = time.Since(start).Seconds()
 	// Let the gateway's per-connection setup (presence, member cache)
-	// settle, and check the connections survive a heartbeat or two.
+	// settle.
 	time.Sleep(5 * time.Second)
-	after, err := vmRSS(pid)
-	if err != nil {
-		return err
+	if res.after, err = vmRSS(pid); err != nil {
+		return res, err
 	}
-	held := open.Load()
+	res.held, res.failed = int(open.Load()), int(failed.Load())
 	for _, c := range conns {
 		if c != nil {
 			_ = c.CloseNow()
 		}
 	}
-	if held == 0 {
-		return fmt.Errorf("no connection held (%d failed, first: %v)", failed.Load(), firstErr.Load())
+	if res.held == 0 {
+		return res, fmt.Errorf("no connection held (%d failed, first: %v)", res.failed, res.firstErr)
 	}
-	perConn := float64(after-before) / float64(held)
-	src := fmt.Sprintf("SEQBENCH_IDLE_CONNS=%d go tool task bench (cmd/seqbench idle: VmRSS of the gateway before and 5 s after the dials)", n)
-	r.set("idle_conns", float64(held), src)
-	r.set("idle_conns_asked", float64(b.cfg.IdleConns), src)
-	r.set("idle_rlimit_nofile", float64(limit), src)
-	r.set("gateway_rss_bytes_per_conn", perConn, src)
-	r.Details = append(r.Details, fmt.Sprintf(`### Idle WebSocket connections on one gateway
-
-One fresh gateway process (RLIMIT_NOFILE raised by the orchestrator);
-%d connections opened, one user each, 64 dials at a time; each client only
-answers pings. VmRSS from /proc/<pid>/status before the dials and 5 s after
-the last one.%s
-
-| asked | held 5 s after | failed dials | dial time s | VmRSS before MiB | VmRSS after MiB | bytes per connection |
-|---|---|---|---|---|---|---|
-| %d | %d | %d | %.1f | %.1f | %.1f | %s |
-`, n, capped, n, held, failed.Load(), dialSecs, float64(before)/(1<<20), float64(after)/(1<<20), num(perConn)))
-	if f := failed.Load(); f > 0 {
-		return fmt.Errorf("%d of %d dials failed, first: %v", f, n, firstErr.Load())
-	}
-	return s.exited()
+	return res, s.exited()
 }
 
 // dialIdle opens one connection and reads the gateway's hello.

@@ -76,9 +76,9 @@ func randHex(n int) string {
 }
 
 // startServices creates a fresh topic prefix, its topics and the
-// migrations, then starts names as processes and waits for their
-// /readyz. The caller stops them with stop.
-func (b *Bench) startServices(ctx context.Context, phase string, names ...string) (*services, error) {
+// migrations, then starts names as processes (extra env last, so it
+// wins) and waits for their /readyz. The caller stops them with stop.
+func (b *Bench) startServices(ctx context.Context, phase string, extra []string, names ...string) (*services, error) {
 	if err := b.buildServices(ctx); err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (b *Bench) startServices(ctx context.Context, phase string, names ...string
 		}
 		// Not CommandContext: stop() ends them with SIGTERM, then SIGKILL.
 		p.cmd = exec.Command(filepath.Join(b.cfg.Root, ".data", "bin", name))
-		p.cmd.Env = append(append(os.Environ(), common...), own[name]...)
+		p.cmd.Env = append(append(append(os.Environ(), common...), own[name]...), extra...)
 		p.cmd.Stdout, p.cmd.Stderr = f, f
 		if err := p.cmd.Start(); err != nil {
 			f.Close()
