@@ -90,13 +90,15 @@ for _ in $(seq 60); do
 done
 echo "bob syncs      → $synced"
 
-if "$bin/seqflow" 2>&1 | grep -q '^  load'; then
-  say "seqflow load: 10 s through the gateway"
-  "$bin/seqflow" load -duration 10s || echo "(load reported a problem; see above)"
-fi
+say "seqflow load: 10 s through the gateway"
+{
+  "$bin/seqflow" load -duration 10s -users 20 -sessions 10 -rate 200 \
+    -json "$logs/load.json" -plot "$logs/load.html" || echo "(load reported a problem; see above)"
+  echo "load report: $logs/load.json, latency plot: $logs/load.html"
+}
 
 say "the committed log (seqflow tap)"
-"$bin/seqflow" tap -from start -session "$sid" -idle-exit 3s | head -n 5
+"$bin/seqflow" tap -from start -session "$sid" -n 3 -idle-exit 20s
 
 say "web chat: $page"
 echo "open it in two tabs or windows, log in as alice in one and bob in the other:"
