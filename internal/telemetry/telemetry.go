@@ -1,0 +1,64 @@
+// Package telemetry sets up OpenTelemetry tracing for a seqflow service and
+// carries W3C trace context in Kafka record headers; it also hooks franz-go
+// clients into the service's Prometheus registry. Tracing is off unless an
+// OTLP endpoint is configured: then spans cost nothing but a no-op call.
+package telemetry
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// EnvOTLPEndpoint is the environment variable every service reads for
+// Config.OTLPEndpoint.
+const EnvOTLPEndpoint = "SEQFLOW_OTLP_ENDPOINT"
+
+// Config says where spans go.
+type Config struct {
+	// ServiceName is the service.name resource attribute ("sequencer", ...).
+	ServiceName string
+	// OTLPEndpoint is an OTLP/HTTP endpoint, "host:port" or a full URL
+	// ("http://127.0.0.1:4318"). Empty (the default) turns tracing off: the
+	// global tracer provider stays the no-op one.
+	OTLPEndpoint string
+}
+
+// Setup installs the W3C trace-context propagator and, when an endpoint is
+// configured, a batching OTLP/HTTP tracer provider as the global one. The
+// returned shutdown flushes and stops the exporter; it is never nil.
+func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) error, err error) {
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	if cfg.OTLPEndpoint == "" {
+		return func(context.Context) error { return nil }, nil
+	}
+	exp, err := otlptracehttp.New(ctx, endpointOption(cfg.OTLPEndpoint), otlptracehttp.WithInsecure())
+	if err != nil {
+		return nil, fmt.Errorf("create otlp exporter: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName(cfg.ServiceName))),
+	)
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}
+
+// endpointOption accepts both "host:port" and a URL.
+func endpointOption(ep string) otlptracehttp.Option {
+	if len(ep) > 7 && (ep[:7] == "http://" || (len(ep) > 8 && ep[:8] == "https://")) {
+		return otlptracehttp.WithEndpointURL(ep)
+	}
+	return otlptracehttp.WithEndpoint(ep)
+}
+
+// Tracer returns the named tracer of the global provider. Services take it
+// once at construction; with tracing off its spans are no-ops.
+func Tracer(name string) trace.Tracer { return otel.Tracer("github.com/seqflow/seqflow/" + name) }

@@ -1,0 +1,180 @@
+package telemetry
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/seqflow/seqflow/schemas"
+)
+
+const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// recorder returns a tracer that records into an in-process SpanRecorder:
+// no collector, no global state.
+func recorder(t *testing.T) (trace.Tracer, *tracetest.SpanRecorder) {
+	t.Helper()
+	sr := tracetest.NewSpanRecorder()
+	prov := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { _ = prov.Shutdown(context.Background()) })
+	return prov.Tracer("test"), sr
+}
+
+func TestCarrier(t *testing.T) {
+	cases := []struct {
+		name    string
+		headers []kgo.RecordHeader
+		wantID  string
+	}{
+		{"valid", []kgo.RecordHeader{{Key: "seqflow-event-type", Value: []byte("message")}, {Key: schemas.HeaderTraceparent, Value: []byte(tp)}}, "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"missing", []kgo.RecordHeader{{Key: "seqflow-event-type", Value: []byte("message")}}, ""},
+		{"malformed", []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte("00-zz-yy-01")}}, ""},
+		{"all-zero trace id", []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte("00-00000000000000000000000000000000-00f067aa0ba902b7-01")}}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := Extract(context.Background(), c.headers)
+			if got := TraceID(ctx).Value.String(); got != c.wantID {
+				t.Fatalf("trace_id = %q, want %q", got, c.wantID)
+			}
+			if got := RecordTraceID(&kgo.Record{Headers: c.headers}).Value.String(); got != c.wantID {
+				t.Fatalf("RecordTraceID = %q, want %q", got, c.wantID)
+			}
+			if c.wantID == "" {
+				if got := Traceparent(ctx); got != "" {
+					t.Fatalf("Traceparent of no context = %q, want empty", got)
+				}
+				return
+			}
+			// Round trip: injecting into headers that already hold a
+			// traceparent replaces it rather than adding a second.
+			out := append([]kgo.RecordHeader(nil), c.headers...)
+			Inject(ctx, &out)
+			if len(out) != len(c.headers) || (HeaderCarrier{Headers: &out}).Get(schemas.HeaderTraceparent) != tp {
+				t.Fatalf("re-injected headers = %v", out)
+			}
+		})
+	}
+}
+
+func TestFromTraceparent(t *testing.T) {
+	for _, c := range []struct{ in, want string }{{tp, tp}, {"", ""}, {"nope", ""}} {
+		t.Run(c.in, func(t *testing.T) {
+			if got := Traceparent(FromTraceparent(context.Background(), c.in)); got != c.want {
+				t.Fatalf("Traceparent(FromTraceparent(%q)) = %q, want %q", c.in, got, c.want)
+			}
+		})
+	}
+}
+
+// TestPropagation follows one trace through the stages as the services
+// wire it: the gateway's send span is injected into the uplink's headers,
+// the sequencer copies the header to the sequenced event and links its
+// batch span to it, and the gateway's delivery span is a child of it.
+func TestPropagation(t *testing.T) {
+	tr, sr := recorder(t)
+
+	sendCtx, send := tr.Start(context.Background(), "producer-gw.send")
+	var uplink []kgo.RecordHeader
+	Inject(sendCtx, &uplink)
+	send.End()
+
+	// Sequencer: per-record header copied unchanged; one batch span.
+	seqd := &kgo.Record{Headers: []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte(HeaderCarrier{Headers: &uplink}.Get(schemas.HeaderTraceparent))}}}
+	unrelated := &kgo.Record{}
+	_, batch := StartBatch(context.Background(), tr, "sequencer.batch", []*kgo.Record{{Headers: uplink}, unrelated})
+	batch.End()
+
+	// Gateway delivery: child of the event's context.
+	_, deliver := tr.Start(Extract(context.Background(), seqd.Headers), "producer-gw.deliver")
+	deliver.End()
+
+	spans := sr.Ended()
+	if len(spans) != 3 {
+		t.Fatalf("recorded %d spans, want 3", len(spans))
+	}
+	want := send.SpanContext()
+	if l := spans[1].Links(); len(l) != 1 || l[0].SpanContext.TraceID() != want.TraceID() || l[0].SpanContext.SpanID() != want.SpanID() {
+		t.Fatalf("batch span links = %+v, want one link to the send span", l)
+	}
+	if spans[1].SpanContext().TraceID() == want.TraceID() {
+		t.Fatal("batch span joined the send trace; it should be its own trace, linked")
+	}
+	d := spans[2]
+	if d.SpanContext().TraceID() != want.TraceID() || d.Parent().SpanID() != want.SpanID() {
+		t.Fatalf("delivery span trace %s parent %s, want trace %s parent %s", d.SpanContext().TraceID(), d.Parent().SpanID(), want.TraceID(), want.SpanID())
+	}
+}
+
+func TestStartBatchBoundsLinks(t *testing.T) {
+	tr, sr := recorder(t)
+	recs := make([]*kgo.Record, MaxLinks+10)
+	for i := range recs {
+		recs[i] = &kgo.Record{Headers: []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte(tp)}}}
+	}
+	_, span := StartBatch(context.Background(), tr, "b", recs)
+	span.End()
+	if n := len(sr.Ended()[0].Links()); n != MaxLinks {
+		t.Fatalf("links = %d, want %d", n, MaxLinks)
+	}
+}
+
+func TestSetupOffIsNoop(t *testing.T) {
+	shutdown, err := Setup(context.Background(), Config{ServiceName: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = shutdown(context.Background()) }()
+	_, span := StartBatch(context.Background(), Tracer("test"), "b", []*kgo.Record{{Headers: []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte(tp)}}}})
+	defer span.End()
+	if span.IsRecording() {
+		t.Fatal("with no endpoint a span records")
+	}
+}
+
+func TestKafkaMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for _, id := range []string{"a", "a", "b"} { // the second "a" must not panic
+		cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.ClientID(id), KafkaMetrics(reg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "seqflow_kafka_") {
+			names = append(names, mf.GetName())
+			if strings.HasSuffix(mf.GetName(), "buffered_produce_records_total") && len(mf.GetMetric()) != 2 {
+				t.Errorf("%s has %d series, want one per client ID (a, b)", mf.GetName(), len(mf.GetMetric()))
+			}
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("no seqflow_kafka_ series registered")
+	}
+}
+
+// FuzzExtract feeds arbitrary header values (they come from Kafka, written
+// by anyone with produce rights) to the extractor.
+func FuzzExtract(f *testing.F) {
+	f.Add(tp, "")
+	f.Add("00-zz", "k=v")
+	f.Fuzz(func(t *testing.T, parent, state string) {
+		h := []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte(parent)}, {Key: schemas.HeaderTracestate, Value: []byte(state)}}
+		ctx := Extract(context.Background(), h)
+		if got := Traceparent(ctx); got != "" && len(got) != 55 {
+			t.Fatalf("extracted %q from %q", got, parent)
+		}
+	})
+}
