@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seqflow/seqflow/internal/admin"
@@ -23,6 +24,7 @@ import (
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/telemetry"
 )
 
 const service = "producer-gw"
@@ -49,7 +51,14 @@ type Gateway struct {
 	rdb      redis.UniversalClient
 	presence *presence.Store
 	receiver delivery.Receiver
-	members  *membership
+	// pushReady is closed once the push subscription is confirmed (nil
+	// when the receiver was injected).
+	pushReady chan struct{}
+	members   *membership
+	// tracer is nil with tracing off: sends and deliveries then skip span
+	// and trace-context work entirely. Run sets it when an OTLP endpoint is
+	// configured; tests may set it before Run.
+	tracer trace.Tracer
 
 	limits  *limiters
 	waiters *waiters
@@ -106,6 +115,14 @@ func (g *Gateway) Addr(ctx context.Context) (string, error) {
 // every socket with 1012 "reconnect" and removes their presence. It
 // returns ctx.Err() after a clean shutdown.
 func (g *Gateway) Run(ctx context.Context) error {
+	shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: service, OTLPEndpoint: g.cfg.OTLPEndpoint})
+	if err != nil {
+		return err
+	}
+	defer telemetry.Flush(shutdown, g.log)
+	if g.tracer == nil && g.cfg.OTLPEndpoint != "" {
+		g.tracer = telemetry.Tracer(service)
+	}
 	if err := g.connect(ctx); err != nil {
 		return err
 	}
@@ -130,6 +147,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz}).Run(bgCtx)
 	})
 
+	// Accept clients only once pushed batches can reach this gateway: a
+	// send accepted earlier would wait for a seq that can never arrive.
+	if g.pushReady != nil {
+		select {
+		case <-g.pushReady:
+		case <-time.After(10 * time.Second):
+			g.log.Warn("push subscription not confirmed after 10s; accepting clients anyway")
+		case <-ctx.Done():
+		}
+	}
 	srv := &http.Server{Handler: g.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -164,7 +191,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 func (g *Gateway) connect(ctx context.Context) error {
 	if g.kc == nil {
 		opts := append(eventlog.ClientOpts(g.cfg.Brokers, "seqflow-gw-"+g.cfg.GatewayID), eventlog.ProducerOpts()...)
-		opts = append(opts, kgo.RecordDeliveryTimeout(g.cfg.ProduceTimeout), kgo.ProducerLinger(0))
+		opts = append(opts, kgo.RecordDeliveryTimeout(g.cfg.ProduceTimeout), kgo.ProducerLinger(0), telemetry.KafkaMetrics(g.reg))
 		kc, err := kgo.NewClient(opts...)
 		if err != nil {
 			return fmt.Errorf("kafka client: %w", err)
@@ -195,8 +222,12 @@ func (g *Gateway) connect(ctx context.Context) error {
 		g.presence = presence.New(g.rdb, g.cfg.PresenceTTL)
 	}
 	if g.receiver == nil {
+		ready := make(chan struct{})
+		var once sync.Once
+		g.pushReady = ready
 		g.receiver = delivery.NewRedisReceiver(g.rdb, delivery.RedisReceiverOptions{
 			Log: g.log, OnBadBatch: func(error) { g.m.badBatches.Inc() },
+			OnSubscribed: func() { once.Do(func() { close(ready) }) },
 		})
 	}
 	if g.members == nil {
@@ -229,6 +260,13 @@ func (g *Gateway) readyz(ctx context.Context) error {
 	}
 	if err := g.kc.Ping(ctx); err != nil {
 		return fmt.Errorf("kafka: %w", err)
+	}
+	if g.pushReady != nil {
+		select {
+		case <-g.pushReady:
+		default:
+			return errors.New("push subscription not confirmed yet")
+		}
 	}
 	return nil
 }

@@ -95,6 +95,10 @@ type RedisReceiverOptions struct {
 	// OnBadBatch, when set, is called for every frame that fails to decode
 	// (for the gateway's metrics).
 	OnBadBatch func(err error)
+	// OnSubscribed, when set, is called each time Redis confirms the
+	// subscription (at start and after every resubscribe), so a gateway can
+	// hold off accepting clients until batches can reach it.
+	OnSubscribed func()
 }
 
 // RedisReceiver subscribes to Channel(gatewayID) with SSUBSCRIBE.
@@ -148,6 +152,9 @@ func (r *RedisReceiver) Receive(ctx context.Context, gatewayID string, h Handler
 		m, ok := msg.(*redis.Message)
 		if !ok {
 			backoff = 50 * time.Millisecond // *redis.Subscription or *redis.Pong: the link is up
+			if _, sub := msg.(*redis.Subscription); sub && r.opts.OnSubscribed != nil {
+				r.opts.OnSubscribed()
+			}
 			continue
 		}
 		b, err := decodeBatch([]byte(m.Payload), gatewayID)
