@@ -65,6 +65,10 @@ type Config struct {
 	// Doc: SEQBENCH_DOC, the doc whose generated section is rewritten,
 	// default docs/benchmarks.md; empty: no doc.
 	Doc string
+	// CPUProfile: SEQBENCH_CPUPROFILE, when set, a CPU profile of this
+	// process (the load generator and its clients) during the e2e phase
+	// is written there; default none.
+	CPUProfile string
 	// JSON: SEQBENCH_JSON, the report, default .data/reports/bench.json.
 	JSON string
 }
@@ -91,6 +95,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		SequencerRecords: e.Int("SEQBENCH_SEQUENCER_RECORDS", 200_000, 1000, 10_000_000),
 		Doc:              e.Optional("SEQBENCH_DOC", "docs/benchmarks.md"),
 		JSON:             e.String("SEQBENCH_JSON", ".data/reports/bench.json"),
+		CPUProfile:       e.String("SEQBENCH_CPUPROFILE", ""),
 	}
 	errs := []error{e.Err()}
 	if len(c.Brokers) == 0 {

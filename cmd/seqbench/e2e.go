@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -21,6 +22,17 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 		return err
 	}
 	defer s.stop()
+	if b.cfg.CPUProfile != "" {
+		f, err := os.Create(b.path(b.cfg.CPUProfile))
+		if err != nil {
+			return fmt.Errorf("create CPU profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("start CPU profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	users := b.cfg.E2EUsers
 	base := load.Options{
 		Gateways: []string{"ws://" + b.gatewayAddr()}, Secret: benchSecret,
