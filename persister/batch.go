@@ -13,6 +13,7 @@ import (
 
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/schemas"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -46,6 +47,9 @@ func decode(r *kgo.Record, t eventlog.Topics) *entry {
 // then commits nothing.
 func (p *Persister) process(ctx context.Context, w *store.Writer, cl *kgo.Client, recs []*kgo.Record) error {
 	p.m.batchSize.Observe(float64(len(recs)))
+	// One span per batch, linked to the events' traces.
+	ctx, span := telemetry.StartBatch(ctx, p.tracer, "persister.batch", telemetry.Records(recs))
+	defer span.End()
 	shards := make([][]*entry, p.cfg.Writers)
 	var all []*entry
 	for _, r := range recs {

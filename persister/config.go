@@ -52,6 +52,9 @@ type Config struct {
 	// AdminAddr: PERSISTER_ADMIN_ADDR for /metrics, /healthz, /readyz,
 	// default 127.0.0.1:9102; empty disables.
 	AdminAddr string
+	// OTLPEndpoint: SEQFLOW_OTLP_ENDPOINT, an OTLP/HTTP trace collector
+	// ("host:port" or URL), default empty: tracing off.
+	OTLPEndpoint string
 	// CommitDelay: PERSISTER_DEBUG_COMMIT_DELAY, a pause between the database
 	// commit and the offset commit, default 0. Only for fault tests.
 	CommitDelay time.Duration
@@ -79,6 +82,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		SessionTimeout:   e.Duration("PERSISTER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		RebalanceTimeout: e.Duration("PERSISTER_REBALANCE_TIMEOUT", 60*time.Second, time.Second, 30*time.Minute),
 		AdminAddr:        e.String("PERSISTER_ADMIN_ADDR", "127.0.0.1:9102"),
+		OTLPEndpoint:     e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		CommitDelay:      e.Duration("PERSISTER_DEBUG_COMMIT_DELAY", 0, 0, time.Minute),
 	}
 	if len(c.Brokers) == 0 {

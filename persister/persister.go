@@ -13,12 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/migrate"
 	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/telemetry"
 )
 
 const service = "persister"
@@ -39,18 +41,25 @@ type Persister struct {
 	schema  string             // the schema being written
 	restart context.CancelFunc // ends the current schema's loop
 	ready   atomic.Bool
+	kcl     atomic.Pointer[kgo.Client] // the live consumer, for /readyz
+	tracer  trace.Tracer
 }
 
 // New builds a persister; it connects to nothing until Run.
 func New(cfg Config, log *slog.Logger) *Persister {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	return &Persister{cfg: cfg, log: log, reg: reg, m: newMetrics(reg)}
+	return &Persister{cfg: cfg, log: log, reg: reg, m: newMetrics(reg), tracer: telemetry.Tracer(service)}
 }
 
 // Run persists until ctx ends and returns ctx.Err(). Database and Kafka
 // outages are waited out; a switch-over moves it to the new schema.
 func (p *Persister) Run(ctx context.Context) error {
+	shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: service, OTLPEndpoint: p.cfg.OTLPEndpoint})
+	if err != nil {
+		return err
+	}
+	defer telemetry.Flush(shutdown, p.log)
 	pool, err := store.NewPool(ctx, p.cfg.PGURL, int32(p.cfg.Writers+3))
 	if err != nil {
 		return err
@@ -112,9 +121,18 @@ func (p *Persister) follow(schema string) {
 	}
 }
 
+// readyz is ready when PostgreSQL and Kafka answer and the consumer has
+// been assigned partitions.
 func (p *Persister) readyz(ctx context.Context) error {
 	if err := p.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("postgres: %w", err)
+	}
+	cl := p.kcl.Load()
+	if cl == nil {
+		return errors.New("kafka: no consumer yet")
+	}
+	if err := cl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka: %w", err)
 	}
 	if !p.ready.Load() {
 		return errors.New("no partitions assigned yet")
@@ -147,12 +165,16 @@ func (p *Persister) runSchema(ctx context.Context, schema string) error {
 		}),
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onRevoked),
+		telemetry.KafkaMetrics(p.reg),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
+	p.kcl.Store(cl)
 	defer cl.Close()
+	defer p.ready.Store(false)
+	defer p.kcl.Store(nil)
 	// Leaving the group waits for a rebalance the poll loop may be blocking.
 	defer cl.AllowRebalance()
 	for {

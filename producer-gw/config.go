@@ -37,6 +37,10 @@ type Config struct {
 	// patterns browsers may connect from besides the gateway's own host,
 	// default none. Clients that send no Origin (curl, Node) are unaffected.
 	OriginPatterns []string
+	// OTLPEndpoint: SEQFLOW_OTLP_ENDPOINT, an OTLP/HTTP trace collector
+	// ("host:port" or URL), default empty: tracing off (the gateway still
+	// puts a traceparent on every uplink).
+	OTLPEndpoint string
 	// AdminAddr: GATEWAY_ADMIN_ADDR for /metrics /healthz /readyz, default
 	// 127.0.0.1:9103; empty disables.
 	AdminAddr string
@@ -125,6 +129,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Addr:                   e.String("GATEWAY_ADDR", "127.0.0.1:8080"),
 		OriginPatterns:         e.List("GATEWAY_ORIGIN_PATTERNS", nil),
 		AdminAddr:              e.Optional("GATEWAY_ADMIN_ADDR", "127.0.0.1:9103"),
+		OTLPEndpoint:           e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		DevMode:                e.Bool("GATEWAY_DEV_MODE", false),
 		DevTokenTTL:            e.Duration("GATEWAY_DEV_TOKEN_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
 		AckWait:                e.Duration("GATEWAY_ACK_WAIT", 2*time.Second, 0, 30*time.Second),

@@ -11,11 +11,15 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -213,6 +217,18 @@ func (g *Gateway) submit(up *imv1.Uplink, traceparent string) (*pending, <-chan 
 		produced <- err
 		return pend, produced
 	}
+	// With tracing on, the send span (a child of the client's traceparent,
+	// if it gave one) is what the uplink carries; with it off the client's
+	// traceparent goes on as is. Either way every uplink has one.
+	var span trace.Span
+	if g.tracer != nil {
+		var sctx context.Context
+		sctx, span = g.tracer.Start(telemetry.FromTraceparent(context.Background(), traceparent), "producer-gw.send",
+			trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attribute.String("session_id", up.SessionId)))
+		if tp := telemetry.Traceparent(sctx); tp != "" {
+			traceparent = tp
+		}
+	}
 	if traceparent == "" {
 		traceparent = newTraceparent()
 	}
@@ -225,6 +241,13 @@ func (g *Gateway) submit(up *imv1.Uplink, traceparent string) (*pending, <-chan 
 	g.kc.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 		cancel()
 		g.m.produceSecs.Observe(time.Since(start).Seconds())
+		if span != nil {
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, "produce uplink")
+			}
+			span.End()
+		}
 		produced <- err
 	})
 	return pend, produced

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -20,7 +25,7 @@ func (g *Gateway) onBatch(b *imv1.PushBatch) {
 	for _, it := range b.Items {
 		switch x := it.Item.(type) {
 		case *imv1.PushItem_Event:
-			g.onEvent(x.Event, it.Recipients)
+			g.onEvent(x.Event, it.Recipients, it.Traceparent)
 		case *imv1.PushItem_Duplicate:
 			d := x.Duplicate
 			g.waiters.resolve(ackKey{d.SessionId, d.ClientMsgId, d.SenderUserId},
@@ -29,7 +34,15 @@ func (g *Gateway) onBatch(b *imv1.PushBatch) {
 	}
 }
 
-func (g *Gateway) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient) {
+// onEvent delivers one event; with tracing on, its delivery span is a
+// child of the event's traceparent (the send span of its uplink).
+func (g *Gateway) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient, traceparent string) {
+	if g.tracer != nil {
+		_, span := g.tracer.Start(telemetry.FromTraceparent(context.Background(), traceparent), "producer-gw.deliver",
+			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+				attribute.String("session_id", ev.SessionId), attribute.Int64("seq", ev.Seq), attribute.Int("recipients", len(recipients))))
+		defer span.End()
+	}
 	g.members.observe(ev)
 	g.waiters.resolve(ackKey{ev.SessionId, ev.ClientMsgId, ev.SenderUserId},
 		seqResult{seq: ev.Seq, msgID: ev.MsgId, serverTs: ev.ServerTsMs})

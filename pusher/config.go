@@ -25,6 +25,9 @@ type Config struct {
 	// InstanceID: PUSHER_INSTANCE_ID, names the Kafka client, default
 	// "<hostname>-<pid>".
 	InstanceID string
+	// OTLPEndpoint: SEQFLOW_OTLP_ENDPOINT, an OTLP/HTTP trace collector
+	// ("host:port" or URL), default empty: tracing off.
+	OTLPEndpoint string
 	// AdminAddr: PUSHER_ADMIN_ADDR for /metrics, /healthz, /readyz, default
 	// 127.0.0.1:9104; "off" disables it (an empty value means the default),
 	// port 0 picks a free port.
@@ -89,6 +92,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Group:             e.String("PUSHER_GROUP", "seqflow-pusher"),
 		InstanceID:        e.String("PUSHER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
 		AdminAddr:         e.String("PUSHER_ADMIN_ADDR", "127.0.0.1:9104"),
+		OTLPEndpoint:      e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		Transport:         e.String("PUSHER_TRANSPORT", "auto"),
 		ResetOffset:       e.String("PUSHER_RESET_OFFSET", "end"),
 		SendTimeout:       e.Duration("PUSHER_SEND_TIMEOUT", 500*time.Millisecond, time.Millisecond, time.Minute),

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/membership"
 	"github.com/seqflow/seqflow/internal/presence"
+	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/schemas"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -52,6 +54,7 @@ type Pusher struct {
 	parts       map[int32]*membership.Partition // sequenced partitions with rebuilt membership
 	replayAfter map[int32]time.Time             // partitions whose replay failed: not before
 	ready       atomic.Bool
+	tracer      trace.Tracer
 }
 
 // New builds a pusher; it connects to nothing until Run.
@@ -59,7 +62,7 @@ func New(cfg Config, log *slog.Logger) *Pusher {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	p := &Pusher{cfg: cfg, log: log, reg: reg, m: newMetrics(reg),
-		parts: map[int32]*membership.Partition{}, replayAfter: map[int32]time.Time{}}
+		parts: map[int32]*membership.Partition{}, replayAfter: map[int32]time.Time{}, tracer: telemetry.Tracer(service)}
 	p.newSender = p.defaultSender
 	return p
 }
@@ -83,6 +86,11 @@ func (p *Pusher) defaultSender(rdb redis.UniversalClient) (delivery.Sender, erro
 // Run pushes until ctx ends, then stops polling, waits up to
 // ShutdownTimeout for handed-off batches, commits, and returns ctx.Err().
 func (p *Pusher) Run(ctx context.Context) error {
+	shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: service, OTLPEndpoint: p.cfg.OTLPEndpoint})
+	if err != nil {
+		return err
+	}
+	defer telemetry.Flush(shutdown, p.log)
 	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: p.cfg.RedisAddrs})
 	defer rdb.Close()
 	p.presence = presence.New(rdb, time.Minute)
@@ -115,6 +123,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
 		kgo.ProducerLinger(5*time.Millisecond),
+		telemetry.KafkaMetrics(p.reg),
 	)
 	opts = append(opts, p.kgoOpts...)
 	// The committer exists before the client, whose rebalance callbacks
@@ -157,6 +166,9 @@ func (p *Pusher) readyz(rdb redis.UniversalClient) admin.ReadyFunc {
 	return func(ctx context.Context) error {
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("redis: %w", err)
+		}
+		if err := p.cl.Ping(ctx); err != nil {
+			return fmt.Errorf("kafka: %w", err)
 		}
 		if !p.ready.Load() {
 			return ErrNotReady
@@ -266,6 +278,11 @@ func (p *Pusher) poll(ctx, outCtx context.Context) error {
 // finishes when every batch and notification is handed off or dropped.
 func (p *Pusher) handle(ctx, outCtx context.Context, fetches kgo.Fetches) *ticket {
 	p.m.pollRecords.Observe(float64(fetches.NumRecords()))
+	// One span per poll batch (routing and handoff), linked to the events'
+	// traces; each PushItem carries its event's traceparent on to the
+	// gateway, whose delivery span is its child.
+	ctx, span := telemetry.StartBatch(ctx, p.tracer, "pusher.batch", fetches.EachRecord)
+	defer span.End()
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	var seqParts []kgo.FetchTopicPartition
 	var dups []*imv1.DuplicateAck

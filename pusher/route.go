@@ -76,7 +76,7 @@ func buildPlan(events []routed, dups []*imv1.DuplicateAck, online map[string][]p
 			for _, c := range cs {
 				it := cur[c.GatewayID]
 				if it == nil {
-					it = &imv1.PushItem{Item: &imv1.PushItem_Event{Event: r.ev}}
+					it = &imv1.PushItem{Item: &imv1.PushItem_Event{Event: r.ev}, Traceparent: r.traceparent}
 					cur[c.GatewayID] = it
 					order = append(order, c.GatewayID)
 				}

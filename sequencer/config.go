@@ -57,6 +57,9 @@ type Config struct {
 	// KafkaDebug: SEQUENCER_KAFKA_DEBUG, franz-go's debug log on stderr,
 	// default false.
 	KafkaDebug bool
+	// OTLPEndpoint: SEQFLOW_OTLP_ENDPOINT, an OTLP/HTTP trace collector
+	// ("host:port" or URL), default empty: tracing off.
+	OTLPEndpoint string
 	// CommitDelay: SEQUENCER_DEBUG_COMMIT_DELAY, a pause between producing a
 	// batch and committing it, default 0. Only for fault tests, which need
 	// an instance caught mid-transaction.
@@ -84,6 +87,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		MaxClockBackwards: e.Duration("SEQUENCER_MAX_CLOCK_BACKWARDS", time.Second, 0, time.Minute),
 		AdminAddr:         e.Optional("SEQUENCER_ADMIN_ADDR", "127.0.0.1:9101"),
 		KafkaDebug:        e.Bool("SEQUENCER_KAFKA_DEBUG", false),
+		OTLPEndpoint:      e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		CommitDelay:       e.Duration("SEQUENCER_DEBUG_COMMIT_DELAY", 0, 0, time.Minute),
 	}
 	if len(c.Brokers) == 0 {

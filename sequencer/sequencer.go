@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seqflow/seqflow/internal/admin"
@@ -22,6 +24,7 @@ import (
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/msgid"
 	"github.com/seqflow/seqflow/internal/segment"
+	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/schemas"
 )
 
@@ -42,8 +45,10 @@ type Sequencer struct {
 	// partition was revoked underneath is never installed.
 	epoch map[int32]uint64
 	ready atomic.Bool
+	kcl   atomic.Pointer[kgo.Client] // the live transact session's client, for /readyz
 
 	instanceHeader kgo.RecordHeader
+	tracer         trace.Tracer
 }
 
 // partState is what the sequencer holds for one assigned uplink partition.
@@ -61,7 +66,7 @@ func New(cfg Config, log *slog.Logger) *Sequencer {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return &Sequencer{cfg: cfg, log: log, reg: reg, m: newMetrics(reg), parts: map[int32]*partState{}, epoch: map[int32]uint64{},
-		instanceHeader: kgo.RecordHeader{Key: schemas.HeaderInstance, Value: []byte(cfg.InstanceID)}}
+		instanceHeader: kgo.RecordHeader{Key: schemas.HeaderInstance, Value: []byte(cfg.InstanceID)}, tracer: telemetry.Tracer(service)}
 }
 
 // Run sequences until ctx ends. Unrecoverable Kafka transaction errors
@@ -69,6 +74,11 @@ func New(cfg Config, log *slog.Logger) *Sequencer {
 // lease stops sequencing until a new node ID is leased. Only configuration
 // errors and the end of ctx end Run.
 func (s *Sequencer) Run(ctx context.Context) error {
+	shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: service, OTLPEndpoint: s.cfg.OTLPEndpoint})
+	if err != nil {
+		return err
+	}
+	defer telemetry.Flush(shutdown, s.log)
 	pool, err := pgxpool.New(ctx, s.cfg.PGURL)
 	if err != nil {
 		return fmt.Errorf("connect postgres: %w", err)
@@ -140,9 +150,18 @@ func (s *Sequencer) runLeased(ctx context.Context) error {
 	return g.Wait()
 }
 
+// readyz is ready when PostgreSQL and Kafka answer and the consumer has
+// been assigned uplink partitions.
 func (s *Sequencer) readyz(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("postgres: %w", err)
+	}
+	cl := s.kcl.Load()
+	if cl == nil {
+		return errors.New("kafka: no transact session yet")
+	}
+	if err := cl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka: %w", err)
 	}
 	if !s.ready.Load() {
 		return errors.New("no uplink partitions assigned yet")
@@ -213,6 +232,7 @@ func (s *Sequencer) dropAll() {
 // fails beyond recovery.
 func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error {
 	defer s.dropAll()
+	defer s.ready.Store(false)
 	opts := append(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-"+s.cfg.InstanceID),
 		kgo.TransactionalID(s.cfg.TransactionalID()),
 		kgo.TransactionTimeout(s.cfg.TxnTimeout),
@@ -230,6 +250,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onRevoked),
 		kgo.FetchMaxWait(100*time.Millisecond),
+		telemetry.KafkaMetrics(s.reg),
 	)
 	if s.cfg.KafkaDebug {
 		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
@@ -238,7 +259,9 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 	if err != nil {
 		return fmt.Errorf("create transact session: %w", err)
 	}
+	s.kcl.Store(sess.Client())
 	defer func() {
+		s.kcl.Store(nil)
 		// A poll that returned records blocks rebalances (and so leaving
 		// the group) until allowed again.
 		sess.AllowRebalance()
@@ -273,6 +296,12 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 // transact runs one batch as one transaction. It returns an error only when
 // the session must be rebuilt.
 func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession, gen *msgid.Generator, fetches kgo.Fetches) error {
+	// One span per transaction, linked to the uplinks' traces: a span per
+	// record would cost more than the sequencing. The records' traceparent
+	// headers are copied unchanged onto their events.
+	ctx, span := telemetry.StartBatch(ctx, s.tracer, "sequencer.batch", fetches.EachRecord)
+	defer span.End()
+	span.SetAttributes(attribute.Int("records", fetches.NumRecords()))
 	if err := sess.Begin(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
@@ -302,6 +331,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		result = "committed"
 	}
 	s.m.txnSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	span.SetAttributes(attribute.String("result", result))
 	if topUp != nil {
 		b.installTopUp(s, <-topUp)
 	}

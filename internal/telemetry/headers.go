@@ -101,22 +101,32 @@ func RecordTraceID(r *kgo.Record) slog.Attr {
 }
 
 // StartBatch starts a span for a batch of records, linked to the trace
-// context of up to MaxLinks of them. The links are only parsed when the span
-// records, so with tracing off this costs one no-op call.
-func StartBatch(ctx context.Context, tr trace.Tracer, name string, recs []*kgo.Record, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+// context of up to MaxLinks of them; each walks the batch (kgo.Fetches'
+// EachRecord, or Records). The links are only parsed when the span records,
+// so with tracing off this costs one no-op call.
+func StartBatch(ctx context.Context, tr trace.Tracer, name string, each func(func(*kgo.Record)), opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	ctx, span := tr.Start(ctx, name, opts...)
 	if !span.IsRecording() {
 		return ctx, span
 	}
 	n := 0
-	for _, r := range recs {
+	each(func(r *kgo.Record) {
 		if n == MaxLinks {
-			break
+			return
 		}
 		if sc := trace.SpanContextFromContext(Extract(context.Background(), r.Headers)); sc.IsValid() {
 			span.AddLink(trace.Link{SpanContext: sc})
 			n++
 		}
-	}
+	})
 	return ctx, span
+}
+
+// Records adapts a slice to StartBatch's walker.
+func Records(recs []*kgo.Record) func(func(*kgo.Record)) {
+	return func(fn func(*kgo.Record)) {
+		for _, r := range recs {
+			fn(r)
+		}
+	}
 }

@@ -7,6 +7,8 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -62,3 +64,14 @@ func endpointOption(ep string) otlptracehttp.Option {
 // Tracer returns the named tracer of the global provider. Services take it
 // once at construction; with tracing off its spans are no-ops.
 func Tracer(name string) trace.Tracer { return otel.Tracer("github.com/seqflow/seqflow/" + name) }
+
+// Flush runs a Setup's shutdown under a short deadline of its own (the
+// service's context has ended by then) and logs, rather than returns, its
+// error: lost spans never fail a shutdown.
+func Flush(shutdown func(context.Context) error, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		log.Warn("flush traces", "err", err)
+	}
+}

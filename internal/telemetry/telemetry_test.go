@@ -88,7 +88,7 @@ func TestPropagation(t *testing.T) {
 	// Sequencer: per-record header copied unchanged; one batch span.
 	seqd := &kgo.Record{Headers: []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte(HeaderCarrier{Headers: &uplink}.Get(schemas.HeaderTraceparent))}}}
 	unrelated := &kgo.Record{}
-	_, batch := StartBatch(context.Background(), tr, "sequencer.batch", []*kgo.Record{{Headers: uplink}, unrelated})
+	_, batch := StartBatch(context.Background(), tr, "sequencer.batch", Records([]*kgo.Record{{Headers: uplink}, unrelated}))
 	batch.End()
 
 	// Gateway delivery: child of the event's context.
@@ -118,7 +118,7 @@ func TestStartBatchBoundsLinks(t *testing.T) {
 	for i := range recs {
 		recs[i] = &kgo.Record{Headers: []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte(tp)}}}
 	}
-	_, span := StartBatch(context.Background(), tr, "b", recs)
+	_, span := StartBatch(context.Background(), tr, "b", Records(recs))
 	span.End()
 	if n := len(sr.Ended()[0].Links()); n != MaxLinks {
 		t.Fatalf("links = %d, want %d", n, MaxLinks)
@@ -131,7 +131,7 @@ func TestSetupOffIsNoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = shutdown(context.Background()) }()
-	_, span := StartBatch(context.Background(), Tracer("test"), "b", []*kgo.Record{{Headers: []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte(tp)}}}})
+	_, span := StartBatch(context.Background(), Tracer("test"), "b", Records([]*kgo.Record{{Headers: []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte(tp)}}}}))
 	defer span.End()
 	if span.IsRecording() {
 		t.Fatal("with no endpoint a span records")

@@ -93,7 +93,11 @@ type PushItem struct {
 	//
 	//	*PushItem_Event
 	//	*PushItem_Duplicate
-	Item          isPushItem_Item `protobuf_oneof:"item"`
+	Item isPushItem_Item `protobuf_oneof:"item"`
+	// traceparent is the W3C trace context of the event's Kafka record (the
+	// gateway's send span), so the gateway's delivery span joins its trace.
+	// Empty for duplicate ACKs.
+	Traceparent   string `protobuf:"bytes,4,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -158,6 +162,13 @@ func (x *PushItem) GetDuplicate() *DuplicateAck {
 		}
 	}
 	return nil
+}
+
+func (x *PushItem) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 type isPushItem_Item interface {
@@ -247,13 +258,14 @@ const file_seqflow_im_v1_push_proto_rawDesc = "" +
 	"gateway_id\x18\x01 \x01(\tR\tgatewayId\x12-\n" +
 	"\x05items\x18\x02 \x03(\v2\x17.seqflow.im.v1.PushItemR\x05items\x12\x1c\n" +
 	"\n" +
-	"sent_ts_ms\x18\x03 \x01(\x03R\bsentTsMs\"\xc0\x01\n" +
+	"sent_ts_ms\x18\x03 \x01(\x03R\bsentTsMs\"\xe2\x01\n" +
 	"\bPushItem\x128\n" +
 	"\n" +
 	"recipients\x18\x01 \x03(\v2\x18.seqflow.im.v1.RecipientR\n" +
 	"recipients\x125\n" +
 	"\x05event\x18\x02 \x01(\v2\x1d.seqflow.im.v1.SequencedEventH\x00R\x05event\x12;\n" +
-	"\tduplicate\x18\x03 \x01(\v2\x1b.seqflow.im.v1.DuplicateAckH\x00R\tduplicateB\x06\n" +
+	"\tduplicate\x18\x03 \x01(\v2\x1b.seqflow.im.v1.DuplicateAckH\x00R\tduplicate\x12 \n" +
+	"\vtraceparent\x18\x04 \x01(\tR\vtraceparentB\x06\n" +
 	"\x04item\"Z\n" +
 	"\tRecipient\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x1b\n" +
