@@ -194,3 +194,39 @@ func randomTraceparent() string {
 	_, _ = rand.Read(b[:])
 	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
 }
+
+// TestReadyAndKafkaMetrics checks the gateway's /readyz against the real
+// stack and that its Kafka producer reports through kprom on the service
+// registry.
+func TestReadyAndKafkaMetrics(t *testing.T) {
+	p := newPipelineNoProcs(t)
+	gw := p.gateway(nil)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := gw.g.readyz(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not ready within 20s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mfs, err := gw.g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"seqflow_kafka_connects_total": false, "seqflow_kafka_buffered_produce_records_total": false}
+	for _, mf := range mfs {
+		if _, ok := want[mf.GetName()]; ok {
+			want[mf.GetName()] = true
+		}
+	}
+	for name, seen := range want {
+		if !seen {
+			t.Errorf("registry lacks %s", name)
+		}
+	}
+}
