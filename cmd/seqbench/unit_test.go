@@ -179,3 +179,32 @@ func TestSummaryNamesMisses(t *testing.T) {
 		}
 	}
 }
+
+func TestCPUTable(t *testing.T) {
+	before := cpuSnapshot{byGroup: map[string]float64{"kafka": 10, "producer-gw": 1}, busy: 100, total: 200}
+	after := cpuSnapshot{byGroup: map[string]float64{"kafka": 13, "producer-gw": 2, "gone": 0}, busy: 104, total: 208}
+	tests := []struct {
+		name  string
+		msgs  float64
+		wants []string
+	}{
+		{"per message", 2000, []string{"busy 50% of 8 CPU-seconds", "| kafka | 3.0 | 75% | 1500.0 |", "| producer-gw | 1.0 | 25% | 500.0 |"}},
+		{"no messages", 0, []string{"| kafka | 3.0 | 75% | — |"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := cpuTable(before, after, tt.msgs)
+			for _, w := range tt.wants {
+				if !strings.Contains(got, w) {
+					t.Fatalf("table lacks %q:\n%s", w, got)
+				}
+			}
+			if strings.Contains(got, "gone") {
+				t.Fatalf("a group without CPU in the window is listed:\n%s", got)
+			}
+			if strings.Index(got, "kafka") > strings.Index(got, "producer-gw") {
+				t.Fatalf("rows not sorted by CPU:\n%s", got)
+			}
+		})
+	}
+}
