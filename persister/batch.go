@@ -175,7 +175,7 @@ func (p *Persister) isolate(ctx context.Context, w *store.Writer, es []*entry, c
 		}
 		live[0].bad = constraint(reason)
 		p.log.Warn("record refused by the database; dead-lettering it", "topic", live[0].rec.Topic,
-			"partition", live[0].rec.Partition, "offset", live[0].rec.Offset, "reason", reason)
+			"partition", live[0].rec.Partition, "offset", live[0].rec.Offset, "reason", reason, telemetry.RecordTraceID(live[0].rec))
 		return nil
 	}
 	if len(live) == 0 {
@@ -234,7 +234,8 @@ func (p *Persister) applied(es []*entry, b *store.Batch, rowEntry []int, res sto
 		e := es[rowEntry[c.Index]]
 		e.bad = constraint(c.Reason)
 		p.log.Warn("event contradicts the store; dead-lettering it", "session_id", b.Rows[c.Index].SessionID,
-			"seq", b.Rows[c.Index].Seq, "partition", e.rec.Partition, "offset", e.rec.Offset, "reason", c.Reason)
+			"seq", b.Rows[c.Index].Seq, "partition", e.rec.Partition, "offset", e.rec.Offset, "reason", c.Reason,
+			telemetry.RecordTraceID(e.rec))
 	}
 	p.m.records.WithLabelValues("inserted").Add(float64(res.Inserted))
 	p.m.records.WithLabelValues("duplicate").Add(float64(res.Duplicates))
