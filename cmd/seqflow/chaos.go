@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/chaos"
+	"github.com/seqflow/seqflow/internal/stack"
+)
+
+// runChaos is the reliability suite (internal/chaos) on the command line:
+//
+//	seqflow chaos                 the full run: >= 50 faults over 25 minutes
+//	seqflow chaos -short          chaos:short, every fault kind once, in minutes
+//	seqflow chaos -seed 42        repeat a run's schedule
+//
+// It needs the three-broker cluster (stack.sh up-kafka3), redis-server and
+// the PostgreSQL binaries; it starts its own Redis and PostgreSQL. It
+// prints the table, writes the JSON report and exits with status 1 when
+// anything acknowledged was lost or duplicated, a seq was reused or went
+// back, order broke, an online recipient missed a message, or a fault did
+// not recover within -max-recovery.
+func runChaos(ctx context.Context, args []string) error {
+	return chaosCmd(ctx, os.Stdout, args)
+}
+
+func chaosCmd(ctx context.Context, out io.Writer, args []string) error {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	short := fs.Bool("short", false, "the reduced run of chaos:short: each kind of ShortKinds, a 150s send phase")
+	seed := fs.Uint64("seed", 0, "fault schedule seed (0: from the clock; the report names it)")
+	duration := fs.Duration("duration", 0, "send phase of the load; faults happen during it (default 25m, -short 150s)")
+	rate := fs.Float64("rate", 20, "load: messages per second over all users")
+	users := fs.Int("users", 12, "load: users, one connection each")
+	sessions := fs.Int("sessions", 6, "load: sessions, half of them groups of 4")
+	maxFaults := fs.Int("max-faults", 0, "stop injecting after this many faults (0: as many as fit)")
+	minFaults := fs.Int("min-faults", 0, "fail when fewer faults were injected (default 50, -short 8)")
+	kinds := fs.String("kinds", "", "comma-separated fault kinds (default all, -short the short set); see internal/chaos")
+	sessionTimeout := fs.Duration("session-timeout", 6*time.Second, "consumer group session timeout of every service")
+	maxRecovery := fs.Duration("max-recovery", 2*time.Minute, "a fault not recovered within this fails the run")
+	jsonOut := fs.String("json", "", "report file (default .data/reports/chaos.json, -short .data/reports/chaos-short.json)")
+	keep := fs.Bool("keep", false, "keep the run's topics")
+	verbose := fs.Bool("v", false, "log the suite's events to stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	st := stack.Load()
+	o := chaos.Options{
+		Brokers: st.Kafka3Brokers, Root: st.Root, Seed: *seed, Duration: *duration, Rate: *rate, Users: *users,
+		Sessions: *sessions, MaxFaults: *maxFaults, MinFaults: *minFaults, SessionTimeout: *sessionTimeout,
+		MaxRecovery: *maxRecovery, Keep: *keep, Out: out,
+	}
+	if *verbose {
+		o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	report := filepath.Join(st.Root, ".data", "reports", "chaos.json")
+	if *short {
+		o.Kinds = chaos.ShortKinds
+		report = filepath.Join(st.Root, ".data", "reports", "chaos-short.json")
+		if o.Duration == 0 {
+			o.Duration = 150 * time.Second
+		}
+		if o.MinFaults == 0 {
+			o.MinFaults = 8
+		}
+	}
+	if o.Duration == 0 {
+		o.Duration = 25 * time.Minute
+	}
+	if o.MinFaults == 0 {
+		o.MinFaults = 50
+	}
+	if *kinds != "" {
+		o.Kinds = nil
+		for _, k := range strings.Split(*kinds, ",") {
+			o.Kinds = append(o.Kinds, chaos.Kind(strings.TrimSpace(k)))
+		}
+	}
+	if *jsonOut != "" {
+		report = *jsonOut
+	}
+	if len(o.Brokers) == 0 {
+		return fmt.Errorf("no three-broker cluster: run `go tool task up:kafka3` (SEQFLOW_KAFKA3_BROKERS)")
+	}
+	rep, err := chaos.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	rep.Short = *short
+	rep.Command = "seqflow chaos " + strings.Join(args, " ")
+	fmt.Fprintln(out)
+	if err := rep.Table(out); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	if err := os.MkdirAll(filepath.Dir(report), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(report, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nreport: %s\n", report)
+	if !rep.OK {
+		return &chaos.FailedError{Failures: rep.Failures}
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package chaos
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/seqflow/seqflow/client/load"
+	"github.com/seqflow/seqflow/internal/audit"
+)
+
+// TestCheckLog runs the log checks on logs written by hand (no Kafka: the
+// audit's input is data, and these are the cases it must tell apart).
+func TestCheckLog(t *testing.T) {
+	ev := func(s string, seq, msg int64, c string, up int64) audit.Event {
+		return audit.Event{SessionID: s, Seq: seq, MsgID: msg, ClientMsgID: c, UplinkOffset: up}
+	}
+	ack := func(s, c string, seq int64, msg string) Acked {
+		return Acked{SessionID: s, ClientMsgID: c, Seq: seq, MsgID: msg, Acks: 1}
+	}
+	clean := []audit.Event{ev("s", 1, 10, "a", 0), ev("s", 2, 11, "b", 1), ev("s", 1001, 12, "c", 2), ev("t", 1, 20, "x", 0)}
+	cases := []struct {
+		name   string
+		events []audit.Event
+		acked  []Acked
+		want   func(Checks) bool
+		what   string
+	}{
+		{"clean, with a gap of one step", clean, []Acked{ack("s", "a", 1, "10"), ack("s", "c", 1001, "12"), ack("t", "x", 1, "20")},
+			func(c Checks) bool { return c.Harm() == 0 && c.AckedInLog == 3 && c.MaxGap == 998 }, "no harm, 3 acked in the log"},
+		{"acked, not in the log", clean, []Acked{ack("s", "zz", 4, "99")},
+			func(c Checks) bool { return c.LostFromLog == 1 && c.Harm() == 1 }, "lost_from_log 1"},
+		{"acked with another seq", clean, []Acked{ack("s", "b", 3, "11")},
+			func(c Checks) bool { return c.AckSeqMismatch == 1 && c.Harm() == 1 }, "ack_seq_mismatch 1"},
+		{"acked twice with different seqs", clean, []Acked{{SessionID: "s", ClientMsgID: "b", Seq: 2, MsgID: "11", Acks: 2, Conflict: true}},
+			func(c Checks) bool { return c.AckSeqMismatch == 1 }, "ack_seq_mismatch 1"},
+		{"one client message, two seqs", append(clean, ev("s", 1002, 13, "a", 3)), nil,
+			func(c Checks) bool { return c.DuplicatedInLog == 1 }, "duplicated_in_log 1"},
+		{"a seq given twice", append(clean, ev("t", 1, 21, "y", 1)), nil,
+			func(c Checks) bool { return c.SeqReused == 1 && c.SeqRegressions == 1 }, "seq_reused 1, seq_regressions 1"},
+		{"seq going back", append(clean, ev("s", 500, 14, "d", 3)), nil,
+			func(c Checks) bool { return c.SeqRegressions == 1 && c.SeqReused == 0 }, "seq_regressions 1"},
+		{"a gap over one step", append(clean, ev("s", 3000, 14, "d", 3)), nil,
+			func(c Checks) bool { return c.SeqRegressions == 1 }, "seq_regressions 1 (gap)"},
+		{"uplink order broken", append(clean, ev("s", 1002, 14, "d", 1)), nil,
+			func(c Checks) bool { return c.OrderViolations == 1 }, "order_violations 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, _ := checkLog(&audit.Log{Events: c.events}, c.acked, 1000)
+			if !c.want(got) {
+				b, _ := json.Marshal(got)
+				t.Fatalf("checks %s, want %s", b, c.what)
+			}
+			if got.Harm() > 0 && len(got.Findings) == 0 {
+				t.Fatal("harm without a finding in words")
+			}
+		})
+	}
+}
+
+func TestJudge(t *testing.T) {
+	base := func() *Report {
+		return &Report{Acked: 10, RecoveryTargetS: 11, Faults: []FaultResult{
+			{N: 1, Kind: KillSequencer, RecoveryS: 9}, {N: 2, Kind: KillSequencer, RecoveryS: 12}, {N: 3, Kind: RedisWipe, RecoveryS: 3},
+		}}
+	}
+	cases := []struct {
+		name string
+		edit func(*Report)
+		min  int
+		ok   bool
+		fail string
+	}{
+		{"clean", func(*Report) {}, 3, true, ""},
+		{"too few faults", func(*Report) {}, 4, false, "only 3 faults"},
+		{"lost from the store", func(r *Report) { r.Checks.LostFromStore = 1 }, 1, false, "lost = 1"},
+		{"an online recipient missed one", func(r *Report) { r.Load.Lost = 2 }, 1, false, "undelivered_online = 2"},
+		{"app saw one twice", func(r *Report) { r.Load.Duplicated = 1 }, 1, false, "app_duplicates = 1"},
+		{"app saw one out of order", func(r *Report) { r.Load.OutOfOrder = 1 }, 1, false, "order_violations = 1"},
+		{"store has an extra row", func(r *Report) { r.Checks.StoreExtra = 1 }, 1, false, "store_extra = 1"},
+		{"a fault did not recover", func(r *Report) { r.Faults[2].Error = "not recovered" }, 1, false, "fault #3"},
+		{"the load failed", func(r *Report) { r.LoadError = "boom" }, 1, false, "load: boom"},
+		{"nothing acked", func(r *Report) { r.Acked = 0 }, 1, false, "nothing was acked"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := base()
+			c.edit(r)
+			r.judge(c.min)
+			if r.OK != c.ok || (c.fail != "" && !strings.Contains(strings.Join(r.Failures, "\n"), c.fail)) {
+				t.Fatalf("OK %v failures %q, want OK %v with %q", r.OK, r.Failures, c.ok, c.fail)
+			}
+			if r.FaultsInjected != 3 || r.FaultsByKind[KillSequencer] != 2 || r.MaxRecoveryS[KillSequencer] != 12 || r.OverTarget != 1 {
+				t.Fatalf("fault summary %d %v %v over %d", r.FaultsInjected, r.FaultsByKind, r.MaxRecoveryS, r.OverTarget)
+			}
+		})
+	}
+}
+
+// TestReportJSONKeys pins the keys of chaos.json that the issue names.
+func TestReportJSONKeys(t *testing.T) {
+	r := &Report{Load: load.Report{}, Faults: []FaultResult{{N: 1, Kind: PostgresRestart, RecoveryS: 2}}, Acked: 1}
+	r.judge(1)
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	for _, k := range []string{"faults_injected", "acked", "lost", "duplicated", "seq_reused", "seq_regressions",
+		"order_violations", "undelivered_online", "max_recovery_s", "seed", "faults", "ok"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("chaos.json lacks %q", k)
+		}
+	}
+	if rec, _ := m["max_recovery_s"].(map[string]any); rec[string(PostgresRestart)] != 2.0 {
+		t.Errorf("max_recovery_s = %v", m["max_recovery_s"])
+	}
+	var sb strings.Builder
+	if err := r.Table(&sb); err != nil || !strings.Contains(sb.String(), "postgres_restart") || !strings.Contains(sb.String(), "PASS") {
+		t.Fatalf("table %v:\n%s", err, sb.String())
+	}
+}

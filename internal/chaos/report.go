@@ -1,0 +1,199 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/seqflow/seqflow/client/load"
+)
+
+// FaultResult is one injected fault.
+type FaultResult struct {
+	N      int    `json:"n"`
+	Kind   Kind   `json:"kind"`
+	Target string `json:"target"`
+	// AtS is when it was injected, seconds after the load's send phase
+	// began; HoldS how long it lasted (to the restart or SIGCONT).
+	AtS   float64 `json:"at_s"`
+	HoldS float64 `json:"hold_s"`
+	// RecoveryS: the longer of (injection → a probe round started after
+	// it completed) and (end of the fault → the same after the end).
+	RecoveryS float64 `json:"recovery_s"`
+	// InFlight is, for a mid-send gateway kill, the commands in flight
+	// through that gateway when it died.
+	InFlight int `json:"in_flight,omitempty"`
+	// FirstRound and AfterEnd are the probe rounds' stages: the round
+	// started at the injection, and the one started after the end.
+	FirstRound string `json:"first_round"`
+	AfterEnd   string `json:"after_end"`
+	Error      string `json:"error,omitempty"`
+}
+
+// Report is the outcome of a run; its JSON is .data/reports/chaos.json.
+// The harm counters (lost, duplicated, seq_reused, seq_regressions,
+// order_violations, undelivered_online and the details) must all be 0.
+type Report struct {
+	Seed      uint64  `json:"seed"`
+	Short     bool    `json:"short"`
+	RunID     string  `json:"run_id"`
+	Started   string  `json:"started"`
+	DurationS float64 `json:"duration_s"`
+	Command   string  `json:"command,omitempty"`
+
+	FaultsInjected int          `json:"faults_injected"`
+	FaultsByKind   map[Kind]int `json:"faults_by_kind"`
+	// Acked is the commands the clients were answered with a seq (load
+	// and probes, as the proxies saw the ACKs).
+	Acked int `json:"acked"`
+	// Lost: acked but not in the log, or in the log but not in the store.
+	Lost int `json:"lost"`
+	// Duplicated: one client message with two seqs in the log, or two
+	// rows in the store.
+	Duplicated      int `json:"duplicated"`
+	SeqReused       int `json:"seq_reused"`
+	SeqRegressions  int `json:"seq_regressions"`
+	OrderViolations int `json:"order_violations"`
+	// UndeliveredOnline: (message, online recipient) pairs the recipient
+	// got neither by push nor by sync (the load's lost).
+	UndeliveredOnline int `json:"undelivered_online"`
+	// AppDuplicates: events the SDK handed to an app twice (the load's
+	// duplicated); AppOutOfOrder: below a seq it already had.
+	AppDuplicates int `json:"app_duplicates"`
+	AppOutOfOrder int `json:"app_out_of_order"`
+
+	MaxRecoveryS map[Kind]float64 `json:"max_recovery_s"`
+	// RecoveryTargetS is the session timeout plus 5s; RecoveryLimitS the
+	// bound past which a fault counts as not recovered (a failure).
+	RecoveryTargetS float64 `json:"recovery_target_s"`
+	// ProbeBaseline is the stages of the probe round before any fault.
+	ProbeBaseline  string  `json:"probe_baseline"`
+	RecoveryLimitS float64 `json:"recovery_limit_s"`
+	OverTarget     int     `json:"faults_over_recovery_target"`
+
+	Checks    Checks            `json:"checks"`
+	Load      load.Report       `json:"load"`
+	LoadError string            `json:"load_error,omitempty"`
+	Faults    []FaultResult     `json:"faults"`
+	Config    map[string]string `json:"config"`
+
+	// OK says every harm counter is 0, every fault recovered within the
+	// limit and at least the minimum of faults was injected; Failures
+	// says why not.
+	OK       bool     `json:"ok"`
+	Failures []string `json:"failures,omitempty"`
+}
+
+// judge fills the summary counters from the checks and the load report
+// and decides OK.
+func (r *Report) judge(minFaults int) {
+	c := r.Checks
+	r.Lost = c.LostFromLog + c.LostFromStore
+	r.Duplicated = c.DuplicatedInLog + c.DuplicatedRows
+	r.SeqReused, r.SeqRegressions = c.SeqReused, c.SeqRegressions
+	r.UndeliveredOnline = int(r.Load.Lost)
+	r.AppDuplicates, r.AppOutOfOrder = int(r.Load.Duplicated), int(r.Load.OutOfOrder)
+	r.OrderViolations = c.OrderViolations + r.AppOutOfOrder
+	r.FaultsByKind, r.MaxRecoveryS = map[Kind]int{}, map[Kind]float64{}
+	r.FaultsInjected, r.OverTarget = 0, 0
+	r.Failures = nil
+	if r.LoadError != "" {
+		r.Failures = append(r.Failures, "load: "+r.LoadError)
+	}
+	for _, f := range r.Faults {
+		r.FaultsInjected++
+		r.FaultsByKind[f.Kind]++
+		r.MaxRecoveryS[f.Kind] = max(r.MaxRecoveryS[f.Kind], f.RecoveryS)
+		if f.RecoveryS > r.RecoveryTargetS {
+			r.OverTarget++
+		}
+		if f.Error != "" {
+			r.Failures = append(r.Failures, fmt.Sprintf("fault #%d %s: %s", f.N, f.Kind, f.Error))
+		}
+	}
+	for _, h := range []struct {
+		name string
+		n    int
+	}{{"lost", r.Lost}, {"duplicated", r.Duplicated}, {"seq_reused", r.SeqReused}, {"seq_regressions", r.SeqRegressions},
+		{"order_violations", r.OrderViolations}, {"undelivered_online", r.UndeliveredOnline}, {"app_duplicates", r.AppDuplicates},
+		{"ack_seq_mismatch", c.AckSeqMismatch}, {"bad_duplicate_acks", c.BadDuplicateAcks},
+		{"store_missing", c.StoreMissing}, {"store_extra", c.StoreExtra}, {"store_mismatched", c.StoreMismatched}} {
+		if h.n != 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("%s = %d", h.name, h.n))
+		}
+	}
+	if r.FaultsInjected < minFaults {
+		r.Failures = append(r.Failures, fmt.Sprintf("only %d faults injected, want at least %d", r.FaultsInjected, minFaults))
+	}
+	if r.Acked == 0 {
+		r.Failures = append(r.Failures, "nothing was acked")
+	}
+	r.OK = len(r.Failures) == 0
+}
+
+// Table writes the report as text: the harm counters, recovery per fault
+// kind, then every fault.
+func (r *Report) Table(w io.Writer) error {
+	verdict := "PASS"
+	if !r.OK {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(w, "chaos %s: seed %d, %d faults in %.0fs, %d acked (load: sent %d, acked %d, %.0f msg/s)\n\n",
+		verdict, r.Seed, r.FaultsInjected, r.DurationS, r.Acked, r.Load.Sent, r.Load.Acked, r.Load.RateMsgsPerS)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "check\tcount\t")
+	for _, row := range []struct {
+		name string
+		n    int
+	}{{"lost", r.Lost}, {"duplicated", r.Duplicated}, {"seq_reused", r.SeqReused}, {"seq_regressions", r.SeqRegressions},
+		{"order_violations", r.OrderViolations}, {"undelivered_online", r.UndeliveredOnline}, {"app_duplicates", r.AppDuplicates},
+		{"ack_seq_mismatch", r.Checks.AckSeqMismatch}, {"bad_duplicate_acks", r.Checks.BadDuplicateAcks},
+		{"store_missing/extra/mismatched", r.Checks.StoreMissing + r.Checks.StoreExtra + r.Checks.StoreMismatched}} {
+		fmt.Fprintf(tw, "%s\t%d\t\n", row.name, row.n)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "(probe round before faults: %s)\n", r.ProbeBaseline)
+	fmt.Fprintf(w, "(log events %d, store rows %d, sessions %d, max seq gap %d, late deliveries %d)\n\n",
+		r.Checks.LogEvents, r.Checks.StoreRows, r.Checks.Sessions, r.Checks.MaxGap, r.Load.Late)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "fault kind\tinjected\tmax_recovery_s\t(target %.0fs)\t\n", r.RecoveryTargetS)
+	kinds := make([]Kind, 0, len(r.FaultsByKind))
+	for k := range r.FaultsByKind {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	for _, k := range kinds {
+		mark := ""
+		if r.MaxRecoveryS[k] > r.RecoveryTargetS {
+			mark = "over target"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t\n", k, r.FaultsByKind[k], r.MaxRecoveryS[k], mark)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tat_s\tkind\ttarget\thold_s\trecovery_s\tnote\t")
+	for _, f := range r.Faults {
+		note := f.Error
+		if f.InFlight > 0 {
+			note = strings.TrimSpace(fmt.Sprintf("%d in flight %s", f.InFlight, note))
+		}
+		fmt.Fprintf(tw, "%d\t%.0f\t%s\t%s\t%.1f\t%.1f\t%s\t\n", f.N, f.AtS, f.Kind, f.Target, f.HoldS, f.RecoveryS, note)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, f := range r.Checks.Findings {
+		fmt.Fprintf(w, "finding: %s\n", f)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "FAIL: %s\n", f)
+	}
+	return nil
+}
