@@ -10,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/seqflow/seqflow/schemas"
 )
@@ -177,4 +178,36 @@ func FuzzExtract(f *testing.F) {
 			t.Fatalf("extracted %q from %q", got, parent)
 		}
 	})
+}
+
+// BenchmarkStartBatch_1000 compares, for a batch of 1000 records, one batch
+// span (off: the no-op provider; on: recording with links) with a span per
+// record.
+func BenchmarkStartBatch_1000(b *testing.B) {
+	recs := make([]*kgo.Record, 1000)
+	for i := range recs {
+		recs[i] = &kgo.Record{Headers: []kgo.RecordHeader{{Key: schemas.HeaderTraceparent, Value: []byte(tp)}}}
+	}
+	on := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder()))
+	defer func() { _ = on.Shutdown(context.Background()) }()
+	off := noop.NewTracerProvider()
+	for _, c := range []struct {
+		name string
+		tr   trace.Tracer
+	}{{"off", off.Tracer("b")}, {"on", on.Tracer("b")}} {
+		b.Run("batch_span/"+c.name, func(b *testing.B) {
+			for b.Loop() {
+				_, span := StartBatch(context.Background(), c.tr, "b", Records(recs))
+				span.End()
+			}
+		})
+		b.Run("span_per_record/"+c.name, func(b *testing.B) {
+			for b.Loop() {
+				for _, r := range recs {
+					_, span := c.tr.Start(Extract(context.Background(), r.Headers), "r")
+					span.End()
+				}
+			}
+		})
+	}
 }
