@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -41,7 +43,7 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 	if cfg.OTLPEndpoint == "" {
 		return func(context.Context) error { return nil }, nil
 	}
-	exp, err := otlptracehttp.New(ctx, endpointOption(cfg.OTLPEndpoint), otlptracehttp.WithInsecure())
+	exp, err := otlptracehttp.New(ctx, endpointOptions(cfg.OTLPEndpoint)...)
 	if err != nil {
 		return nil, fmt.Errorf("create otlp exporter: %w", err)
 	}
@@ -53,12 +55,18 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 	return tp.Shutdown, nil
 }
 
-// endpointOption accepts both "host:port" and a URL.
-func endpointOption(ep string) otlptracehttp.Option {
-	if len(ep) > 7 && (ep[:7] == "http://" || (len(ep) > 8 && ep[:8] == "https://")) {
-		return otlptracehttp.WithEndpointURL(ep)
+// endpointOptions accepts "host:port" (plain HTTP, as a local collector
+// listens) and a URL, whose scheme decides TLS. A URL without a path gets
+// the OTLP traces path: the exporter would otherwise post to "/".
+func endpointOptions(ep string) []otlptracehttp.Option {
+	if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
+		return []otlptracehttp.Option{otlptracehttp.WithEndpoint(ep), otlptracehttp.WithInsecure()}
 	}
-	return otlptracehttp.WithEndpoint(ep)
+	if u, err := url.Parse(ep); err == nil && (u.Path == "" || u.Path == "/") {
+		u.Path = "/v1/traces"
+		ep = u.String()
+	}
+	return []otlptracehttp.Option{otlptracehttp.WithEndpointURL(ep)}
 }
 
 // Tracer returns the named tracer of the global provider. Services take it

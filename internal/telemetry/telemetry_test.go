@@ -2,11 +2,15 @@ package telemetry
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -207,6 +211,43 @@ func BenchmarkStartBatch_1000(b *testing.B) {
 					_, span := c.tr.Start(Extract(context.Background(), r.Headers), "r")
 					span.End()
 				}
+			}
+		})
+	}
+}
+
+// TestSetupExportsOTLP points Setup at an in-process HTTP server standing in
+// for a collector and checks that a span reaches it by shutdown.
+func TestSetupExportsOTLP(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/traces" {
+			posts.Add(1)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	defer otel.SetTracerProvider(noop.NewTracerProvider())
+	for _, c := range []struct{ name, endpoint string }{
+		{"url", srv.URL},
+		{"host:port", strings.TrimPrefix(srv.URL, "http://")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := posts.Load()
+			shutdown, err := Setup(context.Background(), Config{ServiceName: "test", OTLPEndpoint: c.endpoint})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, span := Tracer("test").Start(context.Background(), "s")
+			if !span.IsRecording() {
+				t.Fatal("with an endpoint the span does not record")
+			}
+			span.End()
+			if err := shutdown(context.Background()); err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+			if posts.Load() == before {
+				t.Fatal("no OTLP export reached the collector")
 			}
 		})
 	}
