@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -43,7 +44,11 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 	if cfg.OTLPEndpoint == "" {
 		return func(context.Context) error { return nil }, nil
 	}
-	exp, err := otlptracehttp.New(ctx, endpointOptions(cfg.OTLPEndpoint)...)
+	opts, err := endpointOptions(cfg.OTLPEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create otlp exporter: %w", err)
 	}
@@ -58,15 +63,23 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 // endpointOptions accepts "host:port" (plain HTTP, as a local collector
 // listens) and a URL, whose scheme decides TLS. A URL without a path gets
 // the OTLP traces path: the exporter would otherwise post to "/".
-func endpointOptions(ep string) []otlptracehttp.Option {
+// An endpoint that is neither is an error: the exporter would silently fall
+// back to localhost:4318.
+func endpointOptions(ep string) ([]otlptracehttp.Option, error) {
 	if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
-		return []otlptracehttp.Option{otlptracehttp.WithEndpoint(ep), otlptracehttp.WithInsecure()}
+		if _, _, err := net.SplitHostPort(ep); err != nil {
+			return nil, fmt.Errorf("%s=%q: want host:port or an http(s) URL: %w", EnvOTLPEndpoint, ep, err)
+		}
+		return []otlptracehttp.Option{otlptracehttp.WithEndpoint(ep), otlptracehttp.WithInsecure()}, nil
 	}
-	if u, err := url.Parse(ep); err == nil && (u.Path == "" || u.Path == "/") {
+	u, err := url.Parse(ep)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("%s=%q: want host:port or an http(s) URL", EnvOTLPEndpoint, ep)
+	}
+	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/traces"
-		ep = u.String()
 	}
-	return []otlptracehttp.Option{otlptracehttp.WithEndpointURL(ep)}
+	return []otlptracehttp.Option{otlptracehttp.WithEndpointURL(u.String())}, nil
 }
 
 // Tracer returns the named tracer of the global provider. Services take it

@@ -252,3 +252,13 @@ func TestSetupExportsOTLP(t *testing.T) {
 		})
 	}
 }
+
+func TestSetupRejectsBadEndpoint(t *testing.T) {
+	for _, ep := range []string{"nohostport", "http://", "http://[::1", "127.0.0.1"} {
+		t.Run(ep, func(t *testing.T) {
+			if _, err := Setup(context.Background(), Config{ServiceName: "test", OTLPEndpoint: ep}); err == nil || !strings.Contains(err.Error(), EnvOTLPEndpoint) {
+				t.Fatalf("Setup(%q) = %v, want an error naming %s", ep, err, EnvOTLPEndpoint)
+			}
+		})
+	}
+}
