@@ -188,10 +188,10 @@ func (pb *partBatch) assign(t eventlog.Topics, instance kgo.RecordHeader, gen *m
 			pb.out = append(pb.out, deadLetter(t.DeadLetter, it.rec, it.bad, nowMs))
 		case it.dupOf != nil:
 			pb.dups++
-			pb.out = append(pb.out, duplicateAck(t.Duplicates, pb.p, it.up, *it.dupOf, nowMs))
+			pb.out = append(pb.out, duplicateAck(t.Duplicates, pb.p, it, *it.dupOf, nowMs))
 		case it.first >= 0:
 			pb.dups++
-			pb.out = append(pb.out, duplicateAck(t.Duplicates, pb.p, it.up, pb.items[it.first].entry, nowMs))
+			pb.out = append(pb.out, duplicateAck(t.Duplicates, pb.p, it, pb.items[it.first].entry, nowMs))
 		default:
 			seq, ok := pb.st.book.Take(it.up.SessionId)
 			if !ok {
@@ -215,7 +215,10 @@ func (pb *partBatch) assign(t eventlog.Topics, instance kgo.RecordHeader, gen *m
 	return nil
 }
 
-func duplicateAck(topic string, p int32, u *imv1.Uplink, e dedup.Entry, nowMs int64) *kgo.Record {
+// duplicateAck answers a retried uplink; it carries the retry's
+// traceparent, so the sender's trace shows the duplicate answer.
+func duplicateAck(topic string, p int32, it *item, e dedup.Entry, nowMs int64) *kgo.Record {
+	u := it.up
 	v, _ := proto.Marshal(&imv1.DuplicateAck{
 		SessionId: u.SessionId, ClientMsgId: u.ClientMsgId, Seq: e.Seq, MsgId: e.MsgID,
 		SenderUserId: u.SenderUserId, SenderDeviceId: u.SenderDeviceId, GatewayId: u.GatewayId,
@@ -224,7 +227,7 @@ func duplicateAck(topic string, p int32, u *imv1.Uplink, e dedup.Entry, nowMs in
 	return &kgo.Record{
 		Topic: topic, Partition: p, Key: []byte(u.SessionId), Value: v,
 		Timestamp: time.UnixMilli(nowMs),
-		Headers:   eventlog.Headers("duplicate", "seqflow.im.v1.DuplicateAck", service, ""),
+		Headers:   eventlog.Headers("duplicate", "seqflow.im.v1.DuplicateAck", service, eventlog.Header(it.rec, schemas.HeaderTraceparent)),
 	}
 }
 
