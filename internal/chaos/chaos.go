@@ -475,6 +475,9 @@ func (s *suite) teardown() {
 	if s.redis != nil {
 		s.redis.close()
 	}
+	if s.k3 != nil {
+		s.k3.wait()
+	}
 	if s.adm != nil && !s.o.Keep {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		t := s.topics
@@ -512,7 +515,7 @@ func (s *suite) inject(ctx context.Context, f Fault) FaultResult {
 		node, why := s.brokerFor(ctx, f)
 		res.Target = fmt.Sprintf("broker %d (%s)", node, why)
 		begin = func(ctx context.Context) error { return s.k3.kill(ctx, node) }
-		end = func(ctx context.Context) error { return s.k3.start(ctx, node) }
+		end = func(ctx context.Context) error { return s.k3.start(ctx, node, s.topicsInSync) }
 	case f.Kind == RedisWipe:
 		res.Target = "redis " + s.redis.Addr
 		begin = func(context.Context) error { s.redis.p.kill(); return nil }
@@ -562,6 +565,27 @@ func (s *suite) inject(ctx context.Context, f Fault) FaultResult {
 		}
 	}
 	return res
+}
+
+// topicsInSync says whether every partition of the run's topics has all
+// three replicas in sync.
+func (s *suite) topicsInSync(ctx context.Context) error {
+	t := s.topics
+	td, err := s.adm.ListTopics(ctx, t.Uplink, t.Sequenced, t.Duplicates, t.Receipts, t.Offline, t.DeadLetter)
+	if err != nil {
+		return err
+	}
+	for _, d := range td {
+		if d.Err != nil {
+			return d.Err
+		}
+		for _, p := range d.Partitions {
+			if p.Err != nil || len(p.ISR) < 3 || p.Leader < 0 {
+				return fmt.Errorf("%s/%d: leader %d, ISR %v", d.Topic, p.Partition, p.Leader, p.ISR)
+			}
+		}
+	}
+	return nil
 }
 
 // awaitInFlight waits (up to 10s) until commands are in flight through

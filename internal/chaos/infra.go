@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -211,6 +212,9 @@ func (pg *postgres) close() {
 type kafka3 struct {
 	Brokers []string
 	script  string
+
+	mu      sync.Mutex
+	pending chan error // a start still running in the background
 }
 
 func (k *kafka3) stack(ctx context.Context, args ...string) error {
@@ -222,12 +226,43 @@ func (k *kafka3) stack(ctx context.Context, args ...string) error {
 }
 
 func (k *kafka3) kill(ctx context.Context, node int) error {
+	k.wait()
 	return k.stack(ctx, "kill-kafka3-node", strconv.Itoa(node))
 }
 
-// start restarts node and waits until the cluster is in sync again.
-func (k *kafka3) start(ctx context.Context, node int) error {
-	return k.stack(ctx, "start-kafka3-node", strconv.Itoa(node))
+// start restarts node through stack.sh, which returns once every
+// partition of the cluster is in sync again: with other tests' topics on
+// the shared cluster that can take minutes. So start returns as soon as
+// inSync (this run's topics fully replicated) holds, and stack.sh
+// finishes in the background; the next start or kill waits for it.
+func (k *kafka3) start(ctx context.Context, node int, inSync func(context.Context) error) error {
+	k.wait()
+	done := make(chan error, 1)
+	k.mu.Lock()
+	k.pending = done
+	k.mu.Unlock()
+	go func() { done <- k.stack(context.WithoutCancel(ctx), "start-kafka3-node", strconv.Itoa(node)) }()
+	err := waitFor(ctx, 3*time.Minute, fmt.Sprintf("kafka node %d in sync", node), inSync)
+	select {
+	case serr := <-done: // finished already: its verdict counts
+		done <- serr
+		if serr != nil {
+			return serr
+		}
+	default:
+	}
+	return err
+}
+
+// wait waits for a background stack.sh start, if any.
+func (k *kafka3) wait() {
+	k.mu.Lock()
+	p := k.pending
+	k.pending = nil
+	k.mu.Unlock()
+	if p != nil {
+		<-p
+	}
 }
 
 // node returns the stack node number of a broker address, 0 if unknown.
