@@ -20,7 +20,8 @@ type Config struct {
 	Brokers []string
 	// PGURL: SEQFLOW_PG_URL, the message store the persister writes (required).
 	PGURL string
-	// RedisAddr: SEQFLOW_REDIS_ADDR, presence and push transport (required).
+	// RedisAddr: SEQFLOW_REDIS_ADDR, presence and push transport (required);
+	// comma-separated addresses mean a Redis Cluster.
 	RedisAddr string
 	// Topics: names under SEQFLOW_TOPIC_PREFIX, default no prefix.
 	Topics eventlog.Topics

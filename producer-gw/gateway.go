@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -213,7 +214,10 @@ func (g *Gateway) connect(ctx context.Context) error {
 		g.store = st
 	}
 	if g.rdb == nil {
-		g.rdb = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{g.cfg.RedisAddr}})
+		// Several comma-separated addresses make the universal client a
+		// Redis Cluster client.
+		addrs := strings.FieldsFunc(g.cfg.RedisAddr, func(r rune) bool { return r == ',' || r == ' ' })
+		g.rdb = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs})
 	}
 	if err := g.rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("connect redis %s: %w", g.cfg.RedisAddr, err)
