@@ -179,7 +179,7 @@ func verify(ctx context.Context, brokers []string, t eventlog.Topics, pool *pgxp
 		for _, s := range d.Missing {
 			missing[[2]any{d.SessionID, s}] = true
 		}
-		c.finding("store differs in %s: missing %v extra %v mismatched %v %v", d.SessionID, d.Missing, d.Extra, d.Mismatched, d.Details)
+		c.finding("store differs in %s: missing %s extra %s mismatched %s %v", d.SessionID, seqs(d.Missing), seqs(d.Extra), seqs(d.Mismatched), d.Details)
 	}
 	for _, a := range acked {
 		if ev, ok := first[logKey{a.SessionID, a.ClientMsgID}]; ok && missing[[2]any{ev.SessionID, ev.Seq}] {
@@ -202,4 +202,15 @@ func verify(ctx context.Context, brokers []string, t eventlog.Topics, pool *pgxp
 		c.finding("%d store rows for %s/%s", n, s, id)
 	}
 	return c, rows.Err()
+}
+
+// seqs writes a list of seqs short: the count, the first and the last.
+func seqs(s []int64) string {
+	switch len(s) {
+	case 0:
+		return "[]"
+	case 1, 2, 3:
+		return fmt.Sprint(s)
+	}
+	return fmt.Sprintf("%d seqs [%d %d %d … %d]", len(s), s[0], s[1], s[2], s[len(s)-1])
 }
