@@ -15,6 +15,7 @@ type metrics struct {
 	dedupEvicted  prometheus.Counter
 	lag           *prometheus.GaugeVec // by partition
 	sessionsReset prometheus.Counter
+	released      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -56,8 +57,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sessionsReset: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_sequencer_session_resets_total", Help: "Kafka transact sessions rebuilt after an unrecoverable error.",
 		}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqflow_sequencer_segments_released_total", Help: "Unused segment tails given back to PostgreSQL when partitions were revoked.",
+		}),
 	}
 	reg.MustRegister(m.records, m.batchSize, m.txnSeconds, m.renewals, m.renewSeconds, m.renewErrors,
-		m.restores, m.restoreSecs, m.dedupEvicted, m.lag, m.sessionsReset)
+		m.restores, m.restoreSecs, m.dedupEvicted, m.lag, m.sessionsReset, m.released)
 	return m
 }

@@ -194,21 +194,51 @@ func (s *Sequencer) checkTopics(ctx context.Context) error {
 	return nil
 }
 
-// onRevoked drops the state of revoked or lost partitions before the
-// partitions are released: a partition that comes back must renew its
-// segments from PostgreSQL and rebuild its dedup window from the log.
+// onRevoked drops the state of revoked partitions before they are
+// released, and gives their unused segment tails back to PostgreSQL: a
+// partition that comes back (here or elsewhere) renews from PostgreSQL and
+// rebuilds its dedup window from the log, and an orderly move leaves no gap.
+// With BlockRebalanceOnPoll a revoke runs only between transactions, so no
+// unused seq can still be in use.
 func (s *Sequencer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	var unused []segment.Grant
+	for _, st := range s.drop(revoked[s.cfg.Topics.Uplink], "partition released") {
+		unused = append(unused, st.book.Unused()...)
+	}
+	if len(unused) == 0 || s.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := s.store.Release(ctx, unused)
+	if err != nil {
+		s.log.Warn("give unused segments back", "sessions", len(unused), "err", err)
+		return
+	}
+	s.m.released.Add(float64(n))
+}
+
+// onLost drops the state of lost partitions (a session timeout, a fenced
+// instance): another owner may already hold them, so nothing is given back.
+func (s *Sequencer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	s.drop(lost[s.cfg.Topics.Uplink], "partition lost")
+}
+
+func (s *Sequencer) drop(parts []int32, why string) []*partState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, p := range revoked[s.cfg.Topics.Uplink] {
+	var out []*partState
+	for _, p := range parts {
 		s.epoch[p]++
 		if st := s.parts[p]; st != nil {
 			st.dropped.Store(true)
 			delete(s.parts, p)
+			out = append(out, st)
 		}
 		s.m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
-		s.log.Info("partition released", "partition", p)
+		s.log.Info(why, "partition", p)
 	}
+	return out
 }
 
 func (s *Sequencer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
@@ -248,7 +278,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),
-		kgo.OnPartitionsLost(s.onRevoked),
+		kgo.OnPartitionsLost(s.onLost),
 		kgo.FetchMaxWait(100*time.Millisecond),
 		telemetry.KafkaMetrics(s.reg),
 	)
@@ -325,7 +355,11 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		want = kgo.TryAbort
 	}
 	start := time.Now()
-	committed, endErr := sess.End(ctx, want)
+	// End must not hang on a dead transaction coordinator: past the
+	// deadline the outcome counts as unknown and the session is rebuilt.
+	endCtx, endCancel := context.WithTimeout(ctx, s.cfg.TxnTimeout+s.cfg.RebalanceTimeout)
+	committed, endErr := sess.End(endCtx, want)
+	endCancel()
 	result := "aborted"
 	if committed {
 		result = "committed"

@@ -89,7 +89,8 @@ func TestSequencesEachMessageOnce(t *testing.T) {
 
 // TestPartitionMovesAwayAndBack moves partitions A→B→A while messages flow
 // and proves no seq is reused and none goes backwards: A dropped its
-// segments when the partitions left, and renewed when they came back.
+// segments when the partitions left (giving the unused tails back), and
+// renewed when they came back.
 func TestPartitionMovesAwayAndBack(t *testing.T) {
 	h := newHarness(t, 4)
 	a := h.start("a")
@@ -115,9 +116,7 @@ func TestPartitionMovesAwayAndBack(t *testing.T) {
 	}
 	_, r := h.settle(60 * time.Second)
 	requireOK(t, r)
-	if r.MaxGap == 0 {
-		t.Errorf("no gap at all: the partitions that came back did not renew their segments")
-	}
+
 	if strings.Count(readLog(t, a), "dedup window rebuilt") <= 4 {
 		t.Errorf("A rebuilt no partition state after the partitions came back")
 	}

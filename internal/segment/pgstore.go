@@ -69,3 +69,27 @@ func (p *PGStore) Reserve(ctx context.Context, reqs []Request) ([]Grant, error) 
 	}
 	return grants, nil
 }
+
+const releaseSQL = `
+UPDATE session_seq AS s SET max_seq = r.lo - 1, updated_at = now()
+FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS r(id, lo, hi)
+WHERE s.session_id = r.id AND s.max_seq = r.hi`
+
+// Release implements Store: one UPDATE for all ranges, each applied only
+// when the session's max_seq still equals the range's end.
+func (p *PGStore) Release(ctx context.Context, ranges []Grant) (int, error) {
+	if len(ranges) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(ranges))
+	los := make([]int64, len(ranges))
+	his := make([]int64, len(ranges))
+	for i, g := range ranges {
+		ids[i], los[i], his[i] = g.SessionID, g.Range.Lo, g.Range.Hi
+	}
+	tag, err := p.pool.Exec(ctx, releaseSQL, ids, los, his)
+	if err != nil {
+		return 0, fmt.Errorf("release seq segments: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -42,6 +42,11 @@ type Grant struct {
 // serializes them).
 type Store interface {
 	Reserve(ctx context.Context, reqs []Request) ([]Grant, error)
+	// Release gives unused ranges back, each only if nobody reserved past
+	// it since (the session's maximum is still the range's end), and
+	// returns how many were given back. Call it only for ranges no
+	// transaction of the caller can still use.
+	Release(ctx context.Context, ranges []Grant) (int, error)
 }
 
 // Book is the in-memory reservations of one owner. Not safe for concurrent
@@ -194,6 +199,20 @@ func (b *Book) Rewind() {
 		r.rs = append(back, r.rs...)
 	}
 	clear(b.taken)
+}
+
+// Unused returns, per session, the last range the book holds: the only
+// part of its reservation that can be given back to the store, since it
+// ends at the highest seq the book ever held.
+func (b *Book) Unused() []Grant {
+	var out []Grant
+	for s, r := range b.sessions {
+		if n := len(r.rs); n > 0 && r.rs[n-1].Hi == r.top {
+			out = append(out, Grant{SessionID: s, Range: r.rs[n-1]})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SessionID < out[j].SessionID })
+	return out
 }
 
 // Sessions returns how many sessions the book holds ranges for.

@@ -126,3 +126,46 @@ func TestPGStoreNeverHandsOutARangeTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestPGStoreReleaseGivesBackOnlyAnUntouchedTail: a released range is
+// handed out again only when nobody reserved past it.
+func TestPGStoreReleaseGivesBackOnlyAnUntouchedTail(t *testing.T) {
+	st := stack.Require(t, "pg")
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, st.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := migrate.Up(ctx, pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	store := NewPGStore(pool, 10)
+	s := "seg-release-" + uuid.NewString()
+	a := NewBook(10, 0)
+	g, err := store.Reserve(ctx, a.Shortfall(map[string]int{s: 1}))
+	if err != nil || a.Add(g) != nil {
+		t.Fatal(err)
+	}
+	a.Take(s)
+	a.Take(s)
+	a.Commit() // 1 and 2 are used; 3..10 unused
+	if n, err := store.Release(ctx, a.Unused()); err != nil || n != 1 {
+		t.Fatalf("release = %d, %v; want 1", n, err)
+	}
+	b := NewBook(10, 0)
+	g, err = store.Reserve(ctx, b.Shortfall(map[string]int{s: 1}))
+	if err != nil || b.Add(g) != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Take(s); got != 3 {
+		t.Fatalf("after the release the next owner starts at %d, want 3", got)
+	}
+	// a's stale range no longer ends at max_seq: releasing it again is a no-op.
+	if n, err := store.Release(ctx, []Grant{{s, Range{3, 10}}}); err != nil || n != 0 {
+		t.Fatalf("stale release = %d, %v; want 0", n, err)
+	}
+	if got, _ := b.Take(s); got != 4 {
+		t.Fatalf("b's range was disturbed: took %d, want 4", got)
+	}
+}
