@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,4 +75,51 @@ func TestMemberLayers(t *testing.T) {
 	require(t, memberLayers(rows, []int{0, 1, 2, 3}), 3, "layers (b in s three times)")
 	require(t, memberLayers(rows, []int{3}), 1, "layers")
 	require(t, memberLayers(rows[:0], nil), 0, "layers of nothing")
+}
+
+func TestProjectedRows(t *testing.T) {
+	rows := []Row{
+		{Kind: KindMessage},
+		{Kind: KindSessionCreate, MemberIDs: []string{"a"}},
+		{Kind: KindEdit},
+		{Kind: KindRecall},
+		{Kind: KindMembership, MemberIDs: []string{"b"}},
+		{Kind: KindMessage},
+	}
+	for _, c := range []struct {
+		name string
+		keep []int
+		want []int
+	}{
+		{"all kept", []int{0, 1, 2, 3, 4, 5}, []int{1, 2, 3, 4}},
+		{"messages only", []int{0, 5}, nil},
+		{"some kept", []int{0, 2, 4}, []int{2, 4}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := projected(rows, c.keep); !slices.Equal(got, c.want) {
+				t.Fatalf("projected: got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestCompareKeyIsBytewise(t *testing.T) {
+	for _, c := range []struct {
+		a, b Row
+		want int
+	}{
+		{Row{SessionID: "B", Seq: 9}, Row{SessionID: "a", Seq: 1}, -1}, // 'B' < 'a' bytewise, not in a linguistic collation
+		{Row{SessionID: "s", Seq: 2}, Row{SessionID: "s", Seq: 10}, -1},
+		{Row{SessionID: "s", Seq: 3}, Row{SessionID: "s", Seq: 3}, 0},
+		{Row{SessionID: "s-10", Seq: 1}, Row{SessionID: "s-9", Seq: 1}, -1},
+	} {
+		t.Run(c.a.SessionID+"/"+c.b.SessionID, func(t *testing.T) {
+			if got := compareKey(&c.a, &c.b); got != c.want {
+				t.Fatalf("compareKey: got %d, want %d", got, c.want)
+			}
+			if got := compareKey(&c.b, &c.a); got != -c.want {
+				t.Fatalf("compareKey reversed: got %d, want %d", got, -c.want)
+			}
+		})
+	}
 }

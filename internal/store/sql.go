@@ -16,14 +16,16 @@ const membershipEvents = `(
 	FROM pg_temp.seqflow_stage s CROSS JOIN LATERAL unnest(s.member_ids) AS u(user_id)
 	WHERE s.member_ids IS NOT NULL)`
 
-// buildSQL returns the statements for schema q (already quoted). A write
-// COPYs its rows into the staging table, then runs in one transaction:
-// insert the message IDs and the messages, each ON CONFLICT DO NOTHING;
-// only when some row was not inserted, take the conflicting rows out of the
-// stage (seqConflicts, idConflicts) before anything else reads it; then the
-// targets of edits and recalls, sessions, members, cursors and offsets.
-// Rows are inserted in key order, so concurrent writers lock in the same
-// order and cannot deadlock.
+// buildSQL returns the statements for schema q (already quoted). The
+// careful path of a write (writeStaged) COPYs its rows into the staging
+// table, then runs in one transaction: insert the message IDs and the
+// messages, each ON CONFLICT DO NOTHING; only when some row was not
+// inserted, take the conflicting rows out of the stage (seqConflicts,
+// idConflicts) before anything else reads it. Both paths then run the
+// projections: the targets of edits and recalls, sessions, members,
+// cursors and offsets, reading what they need from the stage. Rows are
+// inserted in key order (session IDs bytewise, as the fast path sorts
+// them), so concurrent writers lock in the same order and cannot deadlock.
 func buildSQL(q string) writerSQL {
 	return writerSQL{
 		ids: fmt.Sprintf(`INSERT INTO %[1]s.message_ids (msg_id, session_id, seq)
@@ -36,7 +38,7 @@ ON CONFLICT (msg_id) DO NOTHING`, q),
 SELECT session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id,
        kind, content_type, body, target_seq, member_op, member_ids, session_kind, title, server_ts_ms, gateway_ts_ms,
        log_partition, log_offset
-FROM pg_temp.seqflow_stage ORDER BY session_id, seq
+FROM pg_temp.seqflow_stage ORDER BY session_id COLLATE "C", seq
 ON CONFLICT (session_id, seq) DO NOTHING`, q),
 
 		// A staged row whose (session, seq) holds another message: its

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -187,4 +189,49 @@ func TestSwitchMovesFollowers(t *testing.T) {
 	require(t, got, "replay_x", "resolved")
 	cancel()
 	<-done
+}
+
+// TestWriteRacingWriters writes the same rows from two writers at once, in
+// opposite batch orders (a zombie persister and its successor): both must
+// succeed (no deadlock, the fast path's COPYs lock keys in sorted order),
+// every row must be stored once, and each writer's result must account
+// for every row.
+func TestWriteRacingWriters(t *testing.T) {
+	pool, schema := freshSchema(t)
+	ctx := context.Background()
+	w := NewWriter(pool, schema)
+	const sessions, perSession = 20, 50
+	for round := range 3 {
+		var evs []*imv1.SequencedEvent
+		for q := 1; q <= perSession; q++ {
+			for s := range sessions {
+				evs = append(evs, msgEv(fmt.Sprintf("race%d-%02d", round, s), int64(q), "u", "m"))
+			}
+		}
+		rows := rowsOf(t, evs...)
+		reversed := slices.Clone(rows)
+		slices.Reverse(reversed)
+		results := make([]Result, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, b := range [][]Row{rows, reversed} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i], errs[i] = w.Write(ctx, &Batch{Rows: b})
+			}()
+		}
+		wg.Wait()
+		for i := range 2 {
+			requireNoErr(t, errs[i])
+			require(t, results[i].Inserted+results[i].Duplicates, len(rows), "rows accounted for by one writer")
+			require(t, len(results[i].Conflicts), 0, "conflicts")
+		}
+		require(t, results[0].Inserted+results[1].Inserted, len(rows), "rows inserted by both writers")
+		var stored, lastSeq int64
+		requireNoErr(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".messages WHERE session_id LIKE $1", fmt.Sprintf("race%d-%%", round)).Scan(&stored))
+		require(t, stored, int64(len(rows)), "stored rows")
+		requireNoErr(t, pool.QueryRow(ctx, "SELECT min(last_seq) FROM "+schema+".sessions WHERE session_id LIKE $1", fmt.Sprintf("race%d-%%", round)).Scan(&lastSeq))
+		require(t, lastSeq, int64(perSession), "sessions' last seq")
+	}
 }

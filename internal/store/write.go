@@ -1,7 +1,9 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -39,15 +41,17 @@ type Result struct {
 // writers racing over the same events (a zombie and its successor) stay
 // correct, as every write is idempotent.
 type Writer struct {
-	pool   *pgxpool.Pool
-	schema string
-	sql    writerSQL
+	pool                    *pgxpool.Pool
+	schema                  string
+	sql                     writerSQL
+	idsTable, messagesTable pgx.Identifier
 }
 
 // NewWriter returns a Writer into schema over pool, which must be set up by
 // ConfigurePool (NewPool does).
 func NewWriter(pool *pgxpool.Pool, schema string) *Writer {
-	return &Writer{pool: pool, schema: schema, sql: buildSQL(pgx.Identifier{schema}.Sanitize())}
+	return &Writer{pool: pool, schema: schema, sql: buildSQL(pgx.Identifier{schema}.Sanitize()),
+		idsTable: pgx.Identifier{schema, "message_ids"}, messagesTable: pgx.Identifier{schema, "messages"}}
 }
 
 // Schema is the schema w writes into.
@@ -60,11 +64,13 @@ func (w *Writer) Schema() string { return w.schema }
 // sessions table, receipts the cursors, all in the same transaction,
 // together with b.Offsets.
 //
-// The rows are COPYed into a per-connection staging table and inserted from
-// there with ON CONFLICT DO NOTHING; everything after the COPY is one
-// pipelined round trip. When some rows were not inserted (a redelivery, or
-// a conflict), the transaction is rolled back and written again with the
-// conflicts taken out first, so no projection ever sees them.
+// The fast path (writeDirect) COPYs the rows straight into message_ids and
+// messages, expecting all of them to be new, which they are unless the
+// batch is a redelivery. The unique indexes still decide: when one refuses
+// a row (23505), that transaction is rolled back and the batch written
+// again the careful way (writeStaged), which COPYs the rows into a
+// per-connection staging table, takes out the conflicts and inserts the
+// rest with ON CONFLICT DO NOTHING, so no projection ever sees a conflict.
 //
 // On error nothing of b is stored. IsPoison(err) means the data itself was
 // refused (split the batch to find the record); anything else is worth
@@ -76,9 +82,9 @@ func (w *Writer) Write(ctx context.Context, b *Batch) (Result, error) {
 		return Result{}, fmt.Errorf("acquire connection: %w", err)
 	}
 	defer conn.Release()
-	res, clean, err := w.write(ctx, conn, b, keep, false)
+	res, clean, err := w.writeDirect(ctx, conn, b, keep)
 	if err == nil && !clean {
-		res, _, err = w.write(ctx, conn, b, keep, true)
+		res, err = w.writeStaged(ctx, conn, b, keep)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("write batch of %d rows: %w", len(keep), err)
@@ -89,11 +95,17 @@ func (w *Writer) Write(ctx context.Context, b *Batch) (Result, error) {
 	return res, nil
 }
 
-// write runs one attempt. Optimistic (careful false), it expects every
-// staged row to be new and returns clean false, having rolled back, when
-// one was not. Careful, it first takes out the rows that conflict with the
-// store.
-func (w *Writer) write(ctx context.Context, conn *pgxpool.Conn, b *Batch, keep []int, careful bool) (res Result, clean bool, err error) {
+// writeDirect is the fast path: one transaction that COPYs the kept rows
+// into message_ids (in msg_id order) and messages (in key order), the few
+// rows a projection reads (edits, recalls, membership) into the stage, then
+// runs the projections in one pipelined round trip. It returns clean false,
+// having rolled back, when a unique index refused a row: some row was
+// stored before, or clashes with a stored one.
+//
+// Both COPYs lock their keys in a fixed order, the same as writeStaged's
+// inserts, so writers racing over the same rows wait for each other
+// instead of deadlocking.
+func (w *Writer) writeDirect(ctx context.Context, conn *pgxpool.Conn, b *Batch, keep []int) (res Result, clean bool, err error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return res, false, err
@@ -103,46 +115,91 @@ func (w *Writer) write(ctx context.Context, conn *pgxpool.Conn, b *Batch, keep [
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	n := int64(len(keep))
-	var ids, msgs int64
-	pb := &pgx.Batch{}
-	if n > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"seqflow_stage"}, stageColumns, stageSource(b.Rows, keep)); err != nil {
-			return res, false, fmt.Errorf("stage rows: %w", err)
-		}
-		pb.Queue(w.sql.ids).Exec(func(ct pgconn.CommandTag) error { ids = ct.RowsAffected(); return nil })
-		pb.Queue(w.sql.messages).Exec(func(ct pgconn.CommandTag) error { msgs = ct.RowsAffected(); return nil })
-		if careful {
-			if err := tx.SendBatch(ctx, pb).Close(); err != nil {
-				return res, false, err
+	if len(keep) > 0 {
+		order := slices.Clone(keep)
+		slices.SortFunc(order, func(i, j int) int { return cmp.Compare(b.Rows[i].MsgID, b.Rows[j].MsgID) })
+		if _, err := tx.CopyFrom(ctx, w.idsTable, idColumns, idSource(b.Rows, order)); err != nil {
+			if isUniqueViolation(err) {
+				return res, false, nil
 			}
-			pb = &pgx.Batch{}
-			if ids < n || msgs < n {
-				if res, err = w.takeOutConflicts(ctx, tx, b.Rows, msgs); err != nil {
-					return res, false, err
-				}
-				keep = without(keep, res.Conflicts)
-			} else {
-				res.Inserted = int(msgs)
+			return res, false, fmt.Errorf("copy message ids: %w", err)
+		}
+		slices.SortFunc(order, func(i, j int) int { return compareKey(&b.Rows[i], &b.Rows[j]) })
+		if _, err := tx.CopyFrom(ctx, w.messagesTable, messageColumns, messageSource(b.Rows, order)); err != nil {
+			if isUniqueViolation(err) {
+				return res, false, nil
+			}
+			return res, false, fmt.Errorf("copy messages: %w", err)
+		}
+		if proj := projected(b.Rows, keep); len(proj) > 0 {
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"seqflow_stage"}, stageColumns, stageSource(b.Rows, proj)); err != nil {
+				return res, false, fmt.Errorf("stage rows: %w", err)
 			}
 		}
 	}
+	pb := &pgx.Batch{}
 	w.queueProjections(pb, b, keep)
 	if pb.Len() > 0 {
 		if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 			return res, false, err
 		}
 	}
-	if !careful {
-		if ids < n || msgs < n {
-			return res, false, nil // rolled back; the caller goes careful
-		}
-		res.Inserted = int(msgs)
-	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, false, err
 	}
+	res.Inserted = len(keep)
 	return res, true, nil
+}
+
+// writeStaged is the careful path: it stages every kept row, inserts them
+// with ON CONFLICT DO NOTHING and, when some row was not inserted, takes
+// the rows that conflict with the store out of the stage (and undoes their
+// inserts) before the projections read it. What stays is new or an exact
+// repeat, and the projections are idempotent for repeats.
+func (w *Writer) writeStaged(ctx context.Context, conn *pgxpool.Conn, b *Batch, keep []int) (res Result, err error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return res, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	n := int64(len(keep))
+	if n > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"seqflow_stage"}, stageColumns, stageSource(b.Rows, keep)); err != nil {
+			return res, fmt.Errorf("stage rows: %w", err)
+		}
+		var ids, msgs int64
+		pb := &pgx.Batch{}
+		pb.Queue(w.sql.ids).Exec(func(ct pgconn.CommandTag) error { ids = ct.RowsAffected(); return nil })
+		pb.Queue(w.sql.messages).Exec(func(ct pgconn.CommandTag) error { msgs = ct.RowsAffected(); return nil })
+		if err := tx.SendBatch(ctx, pb).Close(); err != nil {
+			return res, err
+		}
+		if ids < n || msgs < n {
+			if res, err = w.takeOutConflicts(ctx, tx, b.Rows, msgs); err != nil {
+				return res, err
+			}
+			keep = without(keep, res.Conflicts)
+		} else {
+			res.Inserted = int(msgs)
+		}
+	}
+	pb := &pgx.Batch{}
+	w.queueProjections(pb, b, keep)
+	if pb.Len() > 0 {
+		if err := tx.SendBatch(ctx, pb).Close(); err != nil {
+			return res, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, err
+	}
+	committed = true
+	return res, nil
 }
 
 // takeOutConflicts removes from the stage (and undoes the inserts of) the
@@ -365,6 +422,71 @@ func stageSource(rows []Row, keep []int) pgx.CopyFromSource {
 		}
 		return v, nil
 	})
+}
+
+var idColumns = []string{"msg_id", "session_id", "seq"}
+
+// idSource feeds message_ids the rows at order.
+func idSource(rows []Row, order []int) pgx.CopyFromSource {
+	return pgx.CopyFromSlice(len(order), func(j int) ([]any, error) {
+		r := &rows[order[j]]
+		return []any{r.MsgID, r.SessionID, r.Seq}, nil
+	})
+}
+
+var messageColumns = []string{"session_id", "seq", "msg_id", "client_msg_id", "sender_user_id", "sender_device_id",
+	"kind", "content_type", "body", "target_seq", "member_op", "member_ids", "session_kind", "title", "server_ts_ms",
+	"gateway_ts_ms", "log_partition", "log_offset"}
+
+// messageSource feeds messages the rows at order, NULL where a column does
+// not apply to the row's kind (as stageSource does).
+func messageSource(rows []Row, order []int) pgx.CopyFromSource {
+	return pgx.CopyFromSlice(len(order), func(j int) ([]any, error) {
+		r := &rows[order[j]]
+		v := []any{r.SessionID, r.Seq, r.MsgID, r.ClientMsgID, r.SenderUserID, r.SenderDeviceID,
+			r.Kind, r.ContentType, r.Body, nil, nil, nil, nil, nil, r.ServerTsMs, r.GatewayTsMs, r.Partition, r.Offset}
+		if r.TargetSeq != 0 {
+			v[9] = r.TargetSeq
+		}
+		if r.MemberOp != "" {
+			v[10] = r.MemberOp
+		}
+		if r.MemberIDs != nil {
+			v[11] = r.MemberIDs
+		}
+		if r.Kind == KindSessionCreate {
+			v[12], v[13] = r.SessionKind, r.Title
+		}
+		return v, nil
+	})
+}
+
+// compareKey orders rows by (session_id, seq), session IDs bytewise: the
+// order of the messages key under COLLATE "C", which writeStaged inserts in.
+func compareKey(a, b *Row) int {
+	if c := strings.Compare(a.SessionID, b.SessionID); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Seq, b.Seq)
+}
+
+// projected is the kept rows a projection reads from the stage: edits and
+// recalls (their targets, the previews) and rows naming members
+// (membership changes, session_create).
+func projected(rows []Row, keep []int) []int {
+	var out []int
+	for _, i := range keep {
+		if r := &rows[i]; r.Kind == KindEdit || r.Kind == KindRecall || r.MemberIDs != nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// isUniqueViolation reports whether err is a unique index refusing a row.
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
 func latestReads(rs []ReadCursor) ([]string, []string, []int64) {
