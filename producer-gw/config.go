@@ -91,7 +91,9 @@ type Config struct {
 	// IdleTimeout: GATEWAY_IDLE_TIMEOUT, a connection from which nothing
 	// (frame or pong) arrives for this long is closed, default 60s.
 	IdleTimeout time.Duration
-	// WriteTimeout: GATEWAY_WRITE_TIMEOUT per frame written, default 10s.
+	// WriteTimeout: GATEWAY_WRITE_TIMEOUT per write to a connection (the
+	// frames queued when its writer wakes, up to 64 KiB, go out in one
+	// write), default 10s.
 	WriteTimeout time.Duration
 	// ConnQueue: GATEWAY_CONN_QUEUE, frames queued per connection, default
 	// 512; a connection whose queue is full is closed (it syncs on reconnect).

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -29,13 +31,18 @@ const hardFrameFactor = 16
 //
 // Goroutines: the HTTP handler reads frames (and runs each command up to
 // its produce, so one connection's sends keep their order); writeLoop is
-// the only writer of frames; heartbeat pings and enforces the idle and
-// token deadlines; one goroutine per in-flight command awaits its seq.
+// the only writer of frames, and also pings and enforces the idle and
+// token deadlines (a ping's wait for its pong runs in a goroutine that
+// lives only for that round trip, so an idle connection costs two
+// goroutines); one goroutine per in-flight command awaits its seq.
 // closeWith asks writeLoop to send a close frame; every goroutine stops
 // once the socket is closed.
 type conn struct {
 	g  *Gateway
 	ws *websocket.Conn
+	// nc is the socket under ws; writeLoop holds its writes while it
+	// drains the queue, so a burst of frames is one write(2).
+	nc *wire.CoalescingConn
 	id string
 	p  auth.Principal
 
@@ -73,13 +80,14 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.httpError(w, "", ErrShuttingDown)
 		return
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.OriginPatterns})
+	hj := &coalescingHijacker{ResponseWriter: w}
+	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.OriginPatterns})
 	if err != nil {
 		g.m.connects.WithLabelValues("bad_handshake").Inc()
 		return // Accept answered the client
 	}
 	ws.SetReadLimit(int64(g.cfg.Limits.MaxFrameBytes) * hardFrameFactor)
-	c := &conn{g: g, ws: ws, id: "c-" + uuid.Must(uuid.NewV7()).String(), p: p,
+	c := &conn{g: g, ws: ws, nc: hj.nc, id: "c-" + uuid.Must(uuid.NewV7()).String(), p: p,
 		out: make(chan []byte, g.cfg.ConnQueue), closing: make(chan struct{}),
 		inflight: make(chan struct{}, g.cfg.MaxInFlight), lastSeq: map[string]int64{}}
 	c.rc = newReceiptBatch(g, p)
@@ -103,9 +111,8 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		HeartbeatMs: g.cfg.Heartbeat.Milliseconds(), MaxFrameBytes: g.cfg.Limits.MaxFrameBytes})
 
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); c.writeLoop() }()
-	go func() { defer wg.Done(); c.heartbeat() }()
 	c.readLoop()
 	c.closeWith(websocket.StatusNormalClosure, "", "client")
 	wg.Wait()
@@ -304,11 +311,26 @@ func (c *conn) deliver(session string, seq int64, frame []byte) string {
 	return "delivered"
 }
 
+// writeLoop writes queued frames, pings every Heartbeat and closes the
+// connection when nothing arrived for IdleTimeout or when its token
+// expires. Each wake-up drains what is queued (up to maxBatchBytes) into
+// one write(2): frames go out whole and in queue order.
 func (c *conn) writeLoop() {
+	var pings sync.WaitGroup
+	defer pings.Wait()
+	var pinging atomic.Bool
+	t := time.NewTicker(c.g.cfg.Heartbeat)
+	defer t.Stop()
+	var expiry <-chan time.Time
+	if !c.p.ExpiresAt.IsZero() {
+		et := time.NewTimer(time.Until(c.p.ExpiresAt))
+		defer et.Stop()
+		expiry = et.C
+	}
 	for {
 		select {
 		case b := <-c.out:
-			if err := c.write(b); err != nil {
+			if err := c.writeBatch(b); err != nil {
 				c.closeWith(websocket.StatusInternalError, "", "error")
 				_ = c.ws.CloseNow()
 				return
@@ -321,8 +343,64 @@ func (c *conn) writeLoop() {
 				_ = c.ws.CloseNow()
 			}
 			return
+		case <-expiry:
+			c.closeWith(closeTokenExpired, "token_expired", "token_expired")
+		case <-t.C:
+			if time.Since(time.Unix(0, c.lastSeen.Load())) > c.g.cfg.IdleTimeout {
+				c.closeWith(closeIdle, "idle_timeout", "idle")
+				continue
+			}
+			if !pinging.CompareAndSwap(false, true) {
+				continue // the last ping still awaits its pong
+			}
+			pings.Add(1)
+			go func() {
+				defer pings.Done()
+				defer pinging.Store(false)
+				c.ping()
+			}()
 		}
 	}
+}
+
+// ping sends a ping and touches the connection when its pong comes back
+// within a heartbeat; without one, the idle deadline decides.
+func (c *conn) ping() {
+	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.Heartbeat)
+	defer cancel()
+	if c.ws.Ping(ctx) == nil {
+		c.touch()
+	}
+}
+
+// maxBatchBytes bounds one coalesced write; the loop goes on with the
+// rest of the queue in the next one.
+const maxBatchBytes = 64 << 10
+
+// writeBatch writes b and whatever else is queued with one write(2).
+func (c *conn) writeBatch(b []byte) error {
+	if c.nc == nil { // the hijacked socket is not ours to hold
+		return c.write(b)
+	}
+	c.nc.Hold()
+	for {
+		// Held writes only fill memory, so they need no deadline; the
+		// release's write has one.
+		if err := c.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+			_ = c.nc.Release(time.Time{})
+			return err
+		}
+		if c.nc.Buffered() >= maxBatchBytes {
+			break
+		}
+		select {
+		case b = <-c.out:
+			continue
+		default:
+		}
+		break
+	}
+	return c.nc.Release(time.Now().Add(c.g.cfg.WriteTimeout))
 }
 
 // flush writes what is queued, so ACKs produced before a close reach the
@@ -331,7 +409,7 @@ func (c *conn) flush() {
 	for {
 		select {
 		case b := <-c.out:
-			if c.write(b) != nil {
+			if c.writeBatch(b) != nil {
 				return
 			}
 		default:
@@ -346,37 +424,27 @@ func (c *conn) write(b []byte) error {
 	return c.ws.Write(ctx, websocket.MessageText, b)
 }
 
-// heartbeat pings every Heartbeat and closes the connection when nothing
-// arrived for IdleTimeout or when its token expires.
-func (c *conn) heartbeat() {
-	t := time.NewTicker(c.g.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		var expiry <-chan time.Time
-		if !c.p.ExpiresAt.IsZero() {
-			expiry = time.After(time.Until(c.p.ExpiresAt))
-		}
-		select {
-		case <-c.closing:
-			return
-		case <-expiry:
-			c.closeWith(closeTokenExpired, "token_expired", "token_expired")
-			return
-		case <-t.C:
-		}
-		if time.Since(time.Unix(0, c.lastSeen.Load())) > c.g.cfg.IdleTimeout {
-			c.closeWith(closeIdle, "idle_timeout", "idle")
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.Heartbeat)
-		err := c.ws.Ping(ctx)
-		cancel()
-		if err == nil {
-			c.touch()
-		} else if errors.Is(err, context.DeadlineExceeded) {
-			continue // no pong this round; the idle deadline decides
-		}
+// coalescingHijacker hands websocket.Accept the hijacked socket wrapped in
+// a CoalescingConn, with a small write buffer in front of it: the batch
+// buffer of a hold does the gathering, so 512 B is enough for the control
+// frames written outside a hold (net/http's hijack buffer is 4 KiB, per
+// idle connection).
+type coalescingHijacker struct {
+	http.ResponseWriter
+	nc *wire.CoalescingConn
+}
+
+func (h *coalescingHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
 	}
+	if err := brw.Writer.Flush(); err != nil { // the 101 response, if net/http left it there
+		_ = nc.Close()
+		return nil, nil, fmt.Errorf("flush handshake: %w", err)
+	}
+	h.nc = wire.NewCoalescingConn(nc)
+	return h.nc, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(h.nc, 512)), nil
 }
 
 func opLabel(f *wire.ClientFrame) string {
