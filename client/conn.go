@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -21,7 +22,11 @@ import (
 // routes answers to requests (by req_id) and hands everything else to the
 // client. The connection is dead once ctx is done; cause tells why.
 type conn struct {
-	ws    *websocket.Conn
+	ws *websocket.Conn
+	// nc is the socket under ws when the dial went through our wrapper
+	// (nil with a custom transport): writeLoop holds its writes while it
+	// drains the queue, so a burst of frames is one write(2).
+	nc    *wire.CoalescingConn
 	hello serverFrame
 	ctx   context.Context
 	kill  context.CancelCauseFunc
@@ -37,6 +42,7 @@ type conn struct {
 func dialConn(ctx context.Context, url, token string, hc *http.Client, writeTimeout time.Duration) (*conn, error) {
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+token)
+	hc, nc := coalescingClient(hc)
 	ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h, HTTPClient: hc})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode != 0 {
@@ -69,7 +75,7 @@ func dialConn(ctx context.Context, url, token string, hc *http.Client, writeTime
 	}
 	cctx, kill := context.WithCancelCause(context.Background())
 	return &conn{
-		ws: ws, hello: hello, ctx: cctx, kill: kill,
+		ws: ws, nc: *nc, hello: hello, ctx: cctx, kill: kill,
 		out: make(chan []byte, 1024), writeTimeout: writeTimeout,
 		waiters: map[string]chan serverFrame{},
 	}, nil
@@ -128,22 +134,83 @@ func (c *conn) readLoop(handle func(serverFrame)) error {
 	}
 }
 
+// coalescingClient returns a copy of hc whose transport wraps the socket
+// it dials in a CoalescingConn, and where that conn will be once dialed.
+// A transport that is not an *http.Transport is used as it is (nil conn).
+func coalescingClient(hc *http.Client) (*http.Client, **wire.CoalescingConn) {
+	nc := new(*wire.CoalescingConn)
+	var t *http.Transport
+	switch rt := hc.Transport.(type) {
+	case nil:
+		t = http.DefaultTransport.(*http.Transport).Clone()
+	case *http.Transport:
+		t = rt.Clone()
+	default:
+		return hc, nc
+	}
+	dial := t.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		*nc = wire.NewCoalescingConn(c)
+		return *nc, nil
+	}
+	cp := *hc
+	cp.Transport = t
+	return &cp, nc
+}
+
+// maxBatchBytes bounds one coalesced write; the loop goes on with the
+// rest of the queue in the next one.
+const maxBatchBytes = 64 << 10
+
 func (c *conn) writeLoop() {
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
 		case b := <-c.out:
-			ctx, cancel := context.WithTimeout(c.ctx, c.writeTimeout)
-			err := c.ws.Write(ctx, websocket.MessageText, b)
-			cancel()
-			if err != nil {
+			if err := c.writeBatch(b); err != nil {
 				c.kill(fmt.Errorf("write: %w", err))
 				_ = c.ws.CloseNow()
 				return
 			}
 		}
 	}
+}
+
+// writeBatch writes b and whatever else is queued, in queue order, with
+// one write(2) when the socket is ours to hold.
+func (c *conn) writeBatch(b []byte) error {
+	if c.nc == nil {
+		ctx, cancel := context.WithTimeout(c.ctx, c.writeTimeout)
+		defer cancel()
+		return c.ws.Write(ctx, websocket.MessageText, b)
+	}
+	c.nc.Hold()
+	for {
+		// Held writes only fill memory, so they need no deadline; the
+		// release's write has one.
+		if err := c.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+			_ = c.nc.Release(time.Time{})
+			return err
+		}
+		if c.nc.Buffered() >= maxBatchBytes {
+			break
+		}
+		select {
+		case b = <-c.out:
+			continue
+		default:
+		}
+		break
+	}
+	return c.nc.Release(time.Now().Add(c.writeTimeout))
 }
 
 // heartbeat pings every heartbeat_ms and kills the connection when a pong
