@@ -268,6 +268,10 @@ func (c *conn) sendError(reqID, clientMsgID string, e *apierr.Error) {
 }
 
 func (c *conn) enqueueJSON(v any) {
+	if a, ok := v.(wire.Ack); ok { // the hot frame: no reflection
+		c.enqueue(a.AppendJSON(nil))
+		return
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		c.g.log.Error("encode frame", "err", err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -59,7 +58,8 @@ func (g *Gateway) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient,
 		}
 		if frame == nil {
 			var err error
-			if frame, err = json.Marshal(wire.EventFrame{Op: wire.OpEvent, Event: wire.FromEvent(ev)}); err != nil {
+			ef := wire.EventFrame{Op: wire.OpEvent, Event: wire.FromEvent(ev)}
+			if frame, err = ef.AppendJSON(nil); err != nil {
 				g.log.Error("encode event frame", "session_id", ev.SessionId, "seq", ev.Seq, "err", err)
 				return
 			}

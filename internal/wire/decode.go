@@ -294,8 +294,7 @@ func BodyJSON(typ string, stored []byte) json.RawMessage {
 	if typ != TypeText && json.Valid(stored) {
 		return json.RawMessage(stored)
 	}
-	b, _ := json.Marshal(string(stored))
-	return b
+	return appendString(nil, stored) // what json.Marshal(string(stored)) writes
 }
 
 // ValidTraceparent checks the W3C "00-<trace-id>-<parent-id>-<flags>" form.

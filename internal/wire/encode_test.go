@@ -1,0 +1,99 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+var tricky = []string{"", "plain", `quote " and \ backslash`, "<script>&amp;</script>", "tab\tnl\ncr\rbs\bff\f",
+	"\x00\x01\x1f\x7f", "ünïcødé 日本語 🎉", "\u2028\u2029", "bad utf8 \xff\xfe \xe2\x80", "\xe2\x82\xac euro"}
+
+func TestAppendersMatchEncodingJSON(t *testing.T) {
+	for _, s := range tricky {
+		t.Run(s, func(t *testing.T) { checkAppenders(t, s, 42) })
+	}
+	t.Run("zero values", func(t *testing.T) {
+		for _, v := range []any{&Ack{}, &EventFrame{}} {
+			checkValue(t, v)
+		}
+	})
+	t.Run("raw bodies", func(t *testing.T) {
+		for _, body := range []string{`"x"`, `{"a": 1}`, `{"a":"<b>"}`, "[1,\n2]", `{"k":"\u2028"}`, `{"€":1}`, `null`, `12.5e3`} {
+			checkValue(t, &EventFrame{Op: OpEvent, Event: Message{SessionID: "s", Seq: 1, Kind: KindMessage, Type: TypeCustom, Body: json.RawMessage(body)}})
+		}
+	})
+	t.Run("invalid raw body is an error", func(t *testing.T) {
+		f := &EventFrame{Op: OpEvent, Event: Message{Body: json.RawMessage(`{"a":`)}}
+		if _, err := f.AppendJSON(nil); err == nil {
+			t.Fatal("AppendJSON accepted an invalid body")
+		}
+	})
+	t.Run("text bodies as BodyJSON renders them", func(t *testing.T) {
+		for _, s := range tricky {
+			want, _ := json.Marshal(s)
+			if got := BodyJSON(TypeText, []byte(s)); !bytes.Equal(got, want) {
+				t.Fatalf("BodyJSON(%q) = %s, want %s", s, got, want)
+			}
+		}
+	})
+}
+
+func checkAppenders(t *testing.T, s string, n int64) {
+	t.Helper()
+	checkValue(t, &Ack{Op: OpAck, ReqID: s, ClientMsgID: s, SessionID: s, Status: s, Seq: n, MsgID: s, ServerTs: -n, Duplicate: n%2 == 0})
+	checkValue(t, &EventFrame{Op: OpEvent, Event: Message{SessionID: s, Seq: n, MsgID: s, ClientMsgID: s, SenderUserID: s,
+		SenderDeviceID: s, ServerTs: n, Kind: s, Type: s, Body: BodyJSON(TypeText, []byte(s)), TargetSeq: -n,
+		SessionKind: s, Title: s, Action: s, UserIDs: []string{s, "b", s}, Edited: n%2 == 0, Recalled: n%3 == 0}})
+}
+
+func checkValue(t *testing.T, v any) {
+	t.Helper()
+	want, werr := json.Marshal(v)
+	var got []byte
+	var gerr error
+	switch x := v.(type) {
+	case *Ack:
+		got = x.AppendJSON([]byte("prefix"))[len("prefix"):]
+	case *EventFrame:
+		got, gerr = x.AppendJSON(nil)
+	}
+	if (gerr != nil) != (werr != nil) {
+		t.Fatalf("error %v, json.Marshal's %v", gerr, werr)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%T:\n got %s\nwant %s", v, got, want)
+	}
+}
+
+func FuzzAppendersMatchEncodingJSON(f *testing.F) {
+	for _, s := range tricky {
+		f.Add(s, int64(7), `{"a":1}`)
+	}
+	f.Fuzz(func(t *testing.T, s string, n int64, body string) {
+		checkAppenders(t, s, n)
+		checkValue(t, &EventFrame{Op: OpEvent, Event: Message{SessionID: s, Seq: n, Kind: KindMessage, Type: TypeCustom, Body: json.RawMessage(body)}})
+	})
+}
+
+func BenchmarkEncodeEvent_200B(b *testing.B) {
+	f := &EventFrame{Op: OpEvent, Event: Message{SessionID: "g-5b1f00112233445566778899aabbccdd", Seq: 123456, MsgID: "7401234567890123456",
+		ClientMsgID: "0193a0c2-7b6e-7c41-9d55-3f2c7e1f0a11", SenderUserID: "user-123", SenderDeviceID: "d1", ServerTs: 1764670000000,
+		Kind: KindMessage, Type: TypeText, Body: BodyJSON(TypeText, bytes.Repeat([]byte("x"), 200))}}
+	b.Run("encoding_json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := f.AppendJSON(nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
