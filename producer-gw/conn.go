@@ -429,10 +429,8 @@ func (c *conn) write(b []byte) error {
 }
 
 // coalescingHijacker hands websocket.Accept the hijacked socket wrapped in
-// a CoalescingConn, with a small write buffer in front of it: the batch
-// buffer of a hold does the gathering, so 512 B is enough for the control
-// frames written outside a hold (net/http's hijack buffer is 4 KiB, per
-// idle connection).
+// a CoalescingConn; net/http's write buffer (which the server connection
+// keeps anyway) now writes to it.
 type coalescingHijacker struct {
 	http.ResponseWriter
 	nc *wire.CoalescingConn
@@ -448,7 +446,8 @@ func (h *coalescingHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, fmt.Errorf("flush handshake: %w", err)
 	}
 	h.nc = wire.NewCoalescingConn(nc)
-	return h.nc, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(h.nc, 512)), nil
+	brw.Writer.Reset(h.nc)
+	return h.nc, brw, nil
 }
 
 func opLabel(f *wire.ClientFrame) string {
