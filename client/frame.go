@@ -48,8 +48,11 @@ func decodeFrame(b []byte) (serverFrame, error) {
 	if len(b) > maxServerFrame {
 		return f, fmt.Errorf("%w: %d bytes", errBadFrame, len(b))
 	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		return f, fmt.Errorf("%w: %v", errBadFrame, err)
+	if !decodeFast(b, &f) {
+		f = serverFrame{}
+		if err := json.Unmarshal(b, &f); err != nil {
+			return f, fmt.Errorf("%w: %v", errBadFrame, err)
+		}
 	}
 	switch f.Op {
 	case "":
