@@ -55,6 +55,9 @@ type Config struct {
 	// OTLPEndpoint: SEQFLOW_OTLP_ENDPOINT, an OTLP/HTTP trace collector
 	// ("host:port" or URL), default empty: tracing off.
 	OTLPEndpoint string
+	// KafkaDebug: PERSISTER_KAFKA_DEBUG, franz-go's debug log on stderr,
+	// default false.
+	KafkaDebug bool
 	// CommitDelay: PERSISTER_DEBUG_COMMIT_DELAY, a pause between the database
 	// commit and the offset commit, default 0. Only for fault tests.
 	CommitDelay time.Duration
@@ -81,8 +84,9 @@ func LoadConfig(e *config.Env) (Config, error) {
 		RetryMax:         e.Duration("PERSISTER_RETRY_MAX", 5*time.Second, time.Millisecond, 10*time.Minute),
 		SessionTimeout:   e.Duration("PERSISTER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		RebalanceTimeout: e.Duration("PERSISTER_REBALANCE_TIMEOUT", 60*time.Second, time.Second, 30*time.Minute),
-		AdminAddr:        e.String("PERSISTER_ADMIN_ADDR", "127.0.0.1:9102"),
+		AdminAddr:        e.Optional("PERSISTER_ADMIN_ADDR", "127.0.0.1:9102"),
 		OTLPEndpoint:     e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
+		KafkaDebug:       e.Bool("PERSISTER_KAFKA_DEBUG", false),
 		CommitDelay:      e.Duration("PERSISTER_DEBUG_COMMIT_DELAY", 0, 0, time.Minute),
 	}
 	if len(c.Brokers) == 0 {

@@ -10,6 +10,7 @@ type metrics struct {
 	writeSeconds *prometheus.HistogramVec // by result: ok, poison, retry
 	retries      *prometheus.CounterVec   // by class: transient, error
 	commitErrors prometheus.Counter
+	fetchErrors  prometheus.Counter
 	eventAge     prometheus.Histogram
 	lag          *prometheus.GaugeVec // by topic, partition
 	switches     prometheus.Counter
@@ -37,6 +38,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_persister_offset_commit_errors_total", Help: "Offset commits that failed (the records are written again, as no-ops).",
 		}),
+		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqflow_persister_fetch_errors_total", Help: "Errors polls returned (fetch and group errors; franz-go retries them).",
+		}),
 		eventAge: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "seqflow_persister_event_age_seconds", Help: "Time from sequencing (server_ts_ms) to the database commit of an event.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
@@ -48,6 +52,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_persister_schema_switches_total", Help: "Switch-overs to another store schema.",
 		}),
 	}
-	reg.MustRegister(m.records, m.deadLetters, m.batchSize, m.writeSeconds, m.retries, m.commitErrors, m.eventAge, m.lag, m.switches)
+	reg.MustRegister(m.records, m.deadLetters, m.batchSize, m.writeSeconds, m.retries, m.commitErrors, m.fetchErrors, m.eventAge, m.lag, m.switches)
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -167,6 +168,9 @@ func (p *Persister) runSchema(ctx context.Context, schema string) error {
 		kgo.OnPartitionsLost(p.onRevoked),
 		telemetry.KafkaMetrics(p.reg),
 	)
+	if p.cfg.KafkaDebug {
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
@@ -178,7 +182,7 @@ func (p *Persister) runSchema(ctx context.Context, schema string) error {
 	// Leaving the group waits for a rebalance the poll loop may be blocking.
 	defer cl.AllowRebalance()
 	for {
-		recs, err := p.poll(ctx, cl)
+		recs, errored, err := p.poll(ctx, cl)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -193,7 +197,14 @@ func (p *Persister) runSchema(ctx context.Context, schema string) error {
 				return err
 			}
 		}
+		// Every poll that returned something, records or only errors,
+		// blocks the group's rebalances until this: a group error (the
+		// coordinator's broker died) is such a poll, and the rejoin that
+		// follows waits for it (issue 8).
 		cl.AllowRebalance()
+		if errored && len(recs) == 0 && !sleep(ctx, p.cfg.RetryMin) {
+			return ctx.Err()
+		}
 	}
 }
 
@@ -238,12 +249,22 @@ func (p *Persister) resumeOffsets(ctx context.Context, w *store.Writer, offs map
 	return offs, nil
 }
 
+// poller is the part of *kgo.Client that poll uses.
+type poller interface {
+	PollRecords(ctx context.Context, maxPollRecords int) kgo.Fetches
+}
+
+var _ poller = (*kgo.Client)(nil)
+
 // poll returns up to BatchMax records: it waits for a first record, then
-// at most BatchWait for more.
-func (p *Persister) poll(ctx context.Context, cl *kgo.Client) ([]*kgo.Record, error) {
-	var recs []*kgo.Record
+// at most BatchWait for more. It returns early, with errored set and
+// possibly no records, after a poll that reported errors: with
+// BlockRebalanceOnPoll such a poll blocks rebalances, and polling on
+// without AllowRebalance would keep a group that lost its coordinator from
+// ever rejoining.
+func (p *Persister) poll(ctx context.Context, cl poller) (recs []*kgo.Record, errored bool, err error) {
 	var deadline time.Time
-	for len(recs) < p.cfg.BatchMax {
+	for len(recs) < p.cfg.BatchMax && !errored {
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
@@ -255,7 +276,7 @@ func (p *Persister) poll(ctx context.Context, cl *kgo.Client) ([]*kgo.Record, er
 		fs := cl.PollRecords(pctx, p.cfg.BatchMax-len(recs))
 		cancel()
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 		var fatal error
 		fs.EachError(func(topic string, part int32, err error) {
@@ -264,11 +285,13 @@ func (p *Persister) poll(ctx context.Context, cl *kgo.Client) ([]*kgo.Record, er
 			case errors.Is(err, kgo.ErrClientClosed):
 				fatal = err
 			default:
+				errored = true
+				p.m.fetchErrors.Inc()
 				p.log.Warn("fetch error", "topic", topic, "partition", part, "err", err)
 			}
 		})
 		if fatal != nil {
-			return nil, fatal
+			return nil, false, fatal
 		}
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
 			if n := len(fp.Records); n > 0 {
@@ -284,7 +307,7 @@ func (p *Persister) poll(ctx context.Context, cl *kgo.Client) ([]*kgo.Record, er
 			deadline = time.Now().Add(p.cfg.BatchWait)
 		}
 	}
-	return recs, nil
+	return recs, errored, nil
 }
 
 // retry runs f until it succeeds, ctx ends, or (tries > 0) it failed tries

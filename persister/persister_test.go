@@ -302,6 +302,7 @@ func TestLoadConfig(t *testing.T) {
 		{"bad schema", "PERSISTER_SCHEMA", "Robert'); DROP", "PERSISTER_SCHEMA"},
 		{"retry bounds crossed", "PERSISTER_RETRY_MIN", "10s", "PERSISTER_RETRY_MIN 10s is above"},
 		{"bad bool", "PERSISTER_MIGRATE", "perhaps", "PERSISTER_MIGRATE"},
+		{"bad debug bool", "PERSISTER_KAFKA_DEBUG", "verbose", "PERSISTER_KAFKA_DEBUG"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := map[string]string{}
@@ -326,6 +327,12 @@ func TestLoadConfig(t *testing.T) {
 			}
 		})
 	}
+	t.Run("empty admin address disables it", func(t *testing.T) {
+		cfg, err := LoadConfig(config.FromMap(map[string]string{"SEQFLOW_KAFKA_BROKERS": "127.0.0.1:1", "SEQFLOW_PG_URL": "postgres://x", "PERSISTER_ADMIN_ADDR": ""}))
+		if err != nil || cfg.AdminAddr != "" {
+			t.Fatalf("admin address %q (err %v), want none", cfg.AdminAddr, err)
+		}
+	})
 }
 
 // FuzzDecode feeds arbitrary record values (outside input: anything can
