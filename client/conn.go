@@ -243,7 +243,7 @@ func (c *conn) heartbeat() {
 // send queues a frame; frames go out in queue order. It blocks only when
 // 1024 frames are queued (the network is slower than the caller).
 func (c *conn) send(ctx context.Context, f *wire.ClientFrame) error {
-	b, err := json.Marshal(f)
+	b, err := f.AppendJSON(nil)
 	if err != nil {
 		return fmt.Errorf("encode %s frame: %w", f.Op, err)
 	}

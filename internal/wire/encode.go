@@ -222,3 +222,77 @@ func appendString[S []byte | string](dst []byte, s S) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// AppendJSON appends the JSON of f, as json.Marshal writes it; f.Body must
+// be valid JSON, as in json.Marshal. The SDK encodes every frame it sends
+// with it.
+func (f *ClientFrame) AppendJSON(dst []byte) ([]byte, error) {
+	if dst == nil {
+		dst = make([]byte, 0, 192+len(f.ReqID)+len(f.ClientMsgID)+len(f.SessionID)+len(f.Body)+len(f.Traceparent)+len(f.Title)+32*len(f.Cursors))
+	}
+	str := func(name, v string) {
+		if v != "" {
+			dst = append(dst, name...)
+			dst = appendString(dst, v)
+		}
+	}
+	num := func(name string, v int64) {
+		if v != 0 {
+			dst = append(dst, name...)
+			dst = strconv.AppendInt(dst, v, 10)
+		}
+	}
+	list := func(name string, vs []string) {
+		if len(vs) > 0 {
+			dst = append(dst, name...)
+			dst = append(dst, '[')
+			for i, v := range vs {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = appendString(dst, v)
+			}
+			dst = append(dst, ']')
+		}
+	}
+	dst = append(dst, `{"op":`...)
+	dst = appendString(dst, f.Op)
+	str(`,"req_id":`, f.ReqID)
+	str(`,"client_msg_id":`, f.ClientMsgID)
+	str(`,"session_id":`, f.SessionID)
+	str(`,"type":`, f.Type)
+	if len(f.Body) > 0 {
+		dst = append(dst, `,"body":`...)
+		var err error
+		if dst, err = appendRaw(dst, f.Body); err != nil {
+			return nil, err
+		}
+	}
+	num(`,"client_ts":`, f.ClientTs)
+	str(`,"traceparent":`, f.Traceparent)
+	num(`,"target_seq":`, f.TargetSeq)
+	str(`,"kind":`, f.Kind)
+	str(`,"peer_user_id":`, f.PeerUserID)
+	list(`,"member_user_ids":`, f.MemberUserIDs)
+	str(`,"title":`, f.Title)
+	str(`,"action":`, f.Action)
+	list(`,"user_ids":`, f.UserIDs)
+	num(`,"after_seq":`, f.AfterSeq)
+	num(`,"limit":`, int64(f.Limit))
+	num(`,"seq":`, f.Seq)
+	if len(f.Cursors) > 0 {
+		dst = append(dst, `,"cursors":[`...)
+		for i, c := range f.Cursors {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"session_id":`...)
+			dst = appendString(dst, c.SessionID)
+			dst = append(dst, `,"seq":`...)
+			dst = strconv.AppendInt(dst, c.Seq, 10)
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+	}
+	return append(dst, '}'), nil
+}

@@ -14,7 +14,7 @@ func TestAppendersMatchEncodingJSON(t *testing.T) {
 		t.Run(s, func(t *testing.T) { checkAppenders(t, s, 42) })
 	}
 	t.Run("zero values", func(t *testing.T) {
-		for _, v := range []any{&Ack{}, &EventFrame{}} {
+		for _, v := range []any{&Ack{}, &EventFrame{}, &ClientFrame{}, &ClientFrame{Op: OpDelivered, Cursors: []Cursor{}, UserIDs: []string{}}} {
 			checkValue(t, v)
 		}
 	})
@@ -45,6 +45,9 @@ func checkAppenders(t *testing.T, s string, n int64) {
 	checkValue(t, &EventFrame{Op: OpEvent, Event: Message{SessionID: s, Seq: n, MsgID: s, ClientMsgID: s, SenderUserID: s,
 		SenderDeviceID: s, ServerTs: n, Kind: s, Type: s, Body: BodyJSON(TypeText, []byte(s)), TargetSeq: -n,
 		SessionKind: s, Title: s, Action: s, UserIDs: []string{s, "b", s}, Edited: n%2 == 0, Recalled: n%3 == 0}})
+	checkValue(t, &ClientFrame{Op: s, ReqID: s, ClientMsgID: s, SessionID: s, Type: s, Body: BodyJSON(TypeText, []byte(s)),
+		ClientTs: n, Traceparent: s, TargetSeq: -n, Kind: s, PeerUserID: s, MemberUserIDs: []string{s}, Title: s, Action: s,
+		UserIDs: []string{s, s}, AfterSeq: n, Limit: int(n), Seq: n, Cursors: []Cursor{{SessionID: s, Seq: n}, {}}})
 }
 
 func checkValue(t *testing.T, v any) {
@@ -56,6 +59,8 @@ func checkValue(t *testing.T, v any) {
 	case *Ack:
 		got = x.AppendJSON([]byte("prefix"))[len("prefix"):]
 	case *EventFrame:
+		got, gerr = x.AppendJSON(nil)
+	case *ClientFrame:
 		got, gerr = x.AppendJSON(nil)
 	}
 	if (gerr != nil) != (werr != nil) {
@@ -73,6 +78,7 @@ func FuzzAppendersMatchEncodingJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string, n int64, body string) {
 		checkAppenders(t, s, n)
 		checkValue(t, &EventFrame{Op: OpEvent, Event: Message{SessionID: s, Seq: n, Kind: KindMessage, Type: TypeCustom, Body: json.RawMessage(body)}})
+		checkValue(t, &ClientFrame{Op: OpSend, SessionID: s, Type: TypeCustom, Body: json.RawMessage(body)})
 	})
 }
 
