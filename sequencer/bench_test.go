@@ -148,7 +148,7 @@ func copyTopic(ctx context.Context, brokers []string, from, to, group string) {
 	cl, err := kgo.NewClient(append(eventlog.ClientOpts(brokers, "seq-bench-ceiling"),
 		kgo.ConsumerGroup(group), kgo.ConsumeTopics(from), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchCompression(kgo.Lz4Compression(), kgo.NoCompression()), kgo.ProducerLinger(0))...)
+		eventlog.Compression(), kgo.ProducerLinger(0))...)
 	if err != nil {
 		return
 	}
