@@ -162,12 +162,14 @@ func (h *harness) settle(timeout time.Duration) (*audit.Log, *audit.Report) {
 	h.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		began := time.Now()
 		l, err := audit.Read(ctx, h.st.KafkaBrokers, h.topics)
 		cancel()
 		if err != nil {
 			h.t.Fatalf("read log: %v", err)
 		}
+		h.t.Logf("read log: %d events, %d duplicate ACKs in %s", len(l.Events), len(l.Duplicates), time.Since(began).Round(time.Millisecond))
 		r := audit.Check(l, h.sentSessions(), testStep)
 		if len(r.Lost) == 0 || time.Now().After(deadline) {
 			return l, r

@@ -15,6 +15,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -117,16 +118,18 @@ func readTopic(ctx context.Context, brokers []string, topic string, fn func(*kgo
 		return err
 	}
 	defer rd.Close()
+	seen := map[int32]int64{}
 	for len(want) > 0 {
 		fs := rd.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return fmt.Errorf("read %s: %w; partitions not read to their stable offset: %s", topic, ctx.Err(), behind(want, seen))
 		}
 		if err := fs.Err0(); err != nil {
 			return fmt.Errorf("read %s: %w", topic, err)
 		}
 		var ferr error
 		fs.EachRecord(func(r *kgo.Record) {
+			seen[r.Partition] = r.Offset
 			end, ok := want[r.Partition]
 			if !ok || r.Offset >= end {
 				return
@@ -143,6 +146,27 @@ func readTopic(ctx context.Context, brokers []string, topic string, fn func(*kgo
 		}
 	}
 	return nil
+}
+
+// behind describes, for an error, where each unfinished partition stands.
+func behind(want, seen map[int32]int64) string {
+	parts := make([]int32, 0, len(want))
+	for p := range want {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		last, ok := seen[p]
+		if !ok {
+			last = -1
+		}
+		fmt.Fprintf(&b, "%d (stable offset %d, last read %d)", p, want[p], last)
+	}
+	return b.String()
 }
 
 // Sent is what producers sent for one session, in the order they sent it
