@@ -20,11 +20,15 @@ import (
 // offset reaches the high watermark seen at start), because a previous
 // owner's commit may still be writing its markers: reading only up to an
 // older stable offset would miss messages that are committed.
-func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, int, error) {
+//
+// It also returns, per session seen in the window, its last committed seq,
+// for the segment book (segment.Book.Resume): the new owner reserves right
+// after it, reusing the seqs crashed owners reserved and never committed.
+func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, map[string]int64, int, error) {
 	w := dedup.NewWindow(s.cfg.DedupWindow, s.cfg.DedupMaxEntries)
 	cl, err := kgo.NewClient(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore")...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("restore client: %w", err)
+		return nil, nil, 0, fmt.Errorf("restore client: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -32,45 +36,45 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
+		return nil, nil, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
 	}
 	hwm, ok := ends.Lookup(topic, p)
 	if !ok || hwm.Err != nil {
-		return nil, 0, fmt.Errorf("end offset of %s/%d: %v", topic, p, hwm.Err)
+		return nil, nil, 0, fmt.Errorf("end offset of %s/%d: %v", topic, p, hwm.Err)
 	}
 	deadline := time.Now().Add(2*s.cfg.TxnTimeout + 15*time.Second)
 	var lso int64
 	for {
 		stable, err := adm.ListCommittedOffsets(ctx, topic)
 		if err != nil {
-			return nil, 0, fmt.Errorf("list stable offsets of %s: %w", topic, err)
+			return nil, nil, 0, fmt.Errorf("list stable offsets of %s: %w", topic, err)
 		}
 		o, ok := stable.Lookup(topic, p)
 		if !ok || o.Err != nil {
-			return nil, 0, fmt.Errorf("stable offset of %s/%d: %v", topic, p, o.Err)
+			return nil, nil, 0, fmt.Errorf("stable offset of %s/%d: %v", topic, p, o.Err)
 		}
 		if lso = o.Offset; lso >= hwm.Offset {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, 0, fmt.Errorf("%s/%d: a transaction stays open (stable offset %d < %d) past the transaction timeout", topic, p, lso, hwm.Offset)
+			return nil, nil, 0, fmt.Errorf("%s/%d: a transaction stays open (stable offset %d < %d) past the transaction timeout", topic, p, lso, hwm.Offset)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return nil, nil, 0, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	from, err := adm.ListOffsetsAfterMilli(ctx, time.Now().Add(-s.cfg.DedupWindow).UnixMilli(), topic)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find window start of %s: %w", topic, err)
+		return nil, nil, 0, fmt.Errorf("find window start of %s: %w", topic, err)
 	}
 	start, ok := from.Lookup(topic, p)
 	if !ok || start.Err != nil {
-		return nil, 0, fmt.Errorf("window start of %s/%d: %v", topic, p, start.Err)
+		return nil, nil, 0, fmt.Errorf("window start of %s/%d: %v", topic, p, start.Err)
 	}
 	if start.Offset < 0 || start.Offset >= lso {
-		return w, 0, nil // nothing inside the window
+		return w, nil, 0, nil // nothing inside the window
 	}
 
 	rd, err := kgo.NewClient(append(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore"),
@@ -79,18 +83,19 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(start.Offset)}}),
 	)...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("restore reader: %w", err)
+		return nil, nil, 0, fmt.Errorf("restore reader: %w", err)
 	}
 	defer rd.Close()
 	nowMs := time.Now().UnixMilli()
 	n := 0
+	last := map[string]int64{}
 	for {
 		fs := rd.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
+			return nil, nil, 0, ctx.Err()
 		}
 		if err := fs.Err0(); err != nil {
-			return nil, 0, fmt.Errorf("read %s/%d: %w", topic, p, err)
+			return nil, nil, 0, fmt.Errorf("read %s/%d: %w", topic, p, err)
 		}
 		done := false
 		fs.EachRecord(func(r *kgo.Record) {
@@ -105,10 +110,11 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 				return // not ours to judge here; the log only holds what we wrote
 			}
 			w.Put(ev.SessionId, ev.ClientMsgId, dedup.Entry{Seq: ev.Seq, MsgID: ev.MsgId, ServerTsMs: ev.ServerTsMs}, nowMs)
+			last[ev.SessionId] = max(last[ev.SessionId], ev.Seq)
 			n++
 		})
 		if done {
-			return w, n, nil
+			return w, last, n, nil
 		}
 	}
 }

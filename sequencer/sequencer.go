@@ -268,7 +268,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		kgo.TransactionTimeout(s.cfg.TxnTimeout),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchCompression(kgo.Lz4Compression(), kgo.NoCompression()),
+		eventlog.Compression(),
 		kgo.ProducerLinger(0),
 		kgo.ConsumerGroup(s.cfg.Group),
 		kgo.ConsumeTopics(s.cfg.Topics.Uplink),
@@ -404,7 +404,7 @@ func (s *Sequencer) state(ctx context.Context, p int32) (*partState, error) {
 		return st, nil
 	}
 	start := time.Now()
-	w, n, err := s.restoreWindow(ctx, p)
+	w, last, n, err := s.restoreWindow(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -412,6 +412,7 @@ func (s *Sequencer) state(ctx context.Context, p int32) (*partState, error) {
 	s.m.restoreSecs.Observe(time.Since(start).Seconds())
 	s.log.Info("dedup window rebuilt", "partition", p, "entries", n, "elapsed", time.Since(start).Round(time.Millisecond))
 	st = &partState{book: segment.NewBook(int64(s.cfg.Step), 0), window: w}
+	st.book.Resume(last)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.epoch[p] != epoch {

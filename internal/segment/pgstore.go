@@ -21,13 +21,18 @@ var _ Store = (*PGStore)(nil)
 // NewPGStore returns a store over pool; step is recorded in each row.
 func NewPGStore(pool *pgxpool.Pool, step int64) *PGStore { return &PGStore{pool: pool, step: step} }
 
+// reserveSQL extends each session by n, or, when after > 0, sets it to
+// after + n (see Request.After).
 const reserveSQL = `
+WITH r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS r(id, n, after))
 INSERT INTO session_seq AS s (session_id, max_seq, step, updated_at)
-SELECT r.id, r.n, $3, now()
-FROM unnest($1::text[], $2::bigint[]) AS r(id, n)
+SELECT r.id, CASE WHEN r.after > 0 THEN r.after + r.n ELSE r.n END, $4, now()
+FROM r
 ORDER BY r.id
 ON CONFLICT (session_id) DO UPDATE
-SET max_seq = s.max_seq + EXCLUDED.max_seq, step = EXCLUDED.step, updated_at = now()
+SET max_seq = CASE WHEN (SELECT r.after FROM r WHERE r.id = EXCLUDED.session_id) > 0
+                   THEN EXCLUDED.max_seq ELSE s.max_seq + EXCLUDED.max_seq END,
+    step = EXCLUDED.step, updated_at = now()
 RETURNING session_id, max_seq`
 
 // Reserve implements Store.
@@ -37,6 +42,7 @@ func (p *PGStore) Reserve(ctx context.Context, reqs []Request) ([]Grant, error) 
 	}
 	ids := make([]string, len(reqs))
 	ns := make([]int64, len(reqs))
+	afters := make([]int64, len(reqs))
 	want := make(map[string]int64, len(reqs))
 	for i, r := range reqs {
 		if r.N <= 0 {
@@ -45,9 +51,9 @@ func (p *PGStore) Reserve(ctx context.Context, reqs []Request) ([]Grant, error) 
 		if _, dup := want[r.SessionID]; dup {
 			return nil, fmt.Errorf("reserve: session %s requested twice in one call", r.SessionID)
 		}
-		ids[i], ns[i], want[r.SessionID] = r.SessionID, r.N, r.N
+		ids[i], ns[i], afters[i], want[r.SessionID] = r.SessionID, r.N, max(r.After, 0), r.N
 	}
-	rows, err := p.pool.Query(ctx, reserveSQL, ids, ns, p.step)
+	rows, err := p.pool.Query(ctx, reserveSQL, ids, ns, afters, p.step)
 	if err != nil {
 		return nil, fmt.Errorf("reserve seq segments: %w", err)
 	}

@@ -24,9 +24,22 @@ type Range struct{ Lo, Hi int64 }
 func (r Range) Len() int64 { return r.Hi - r.Lo + 1 }
 
 // Request asks to extend a session's reservation by N seqs.
+//
+// After, when above 0, is the session's last committed seq as its new owner
+// read it from the log: the reservation then restarts right after it, as
+// [After+1, After+N], and takes back whatever was reserved beyond After and
+// never committed (the unused and aborted seqs of owners that crashed). That
+// keeps the gap after any number of crashes in a row at one step, and a
+// store restored from an old backup can never hand out a committed seq
+// again. Only an owner that has fenced every previous owner of the session
+// and read the log to its end may set it: the sequencer does, once per
+// session after a partition is assigned (its transactional commits are
+// fenced by the group generation, and it waits until no transaction is open
+// on the partition before reading).
 type Request struct {
 	SessionID string
 	N         int64
+	After     int64
 }
 
 // Grant is a range reserved for a session.
@@ -57,6 +70,9 @@ type Book struct {
 	sessions map[string]*ranges
 	// taken records, per session, the seqs taken since Begin, for Rewind.
 	taken map[string][]int64
+	// resume is, per session not yet reserved for, its last committed seq
+	// (see Resume).
+	resume map[string]int64
 }
 
 type ranges struct {
@@ -95,6 +111,11 @@ func (b *Book) Remaining(session string) int64 {
 	return 0
 }
 
+// Resume tells the book each session's last committed seq, as a new owner
+// read it from the log after fencing the previous owners: the first request
+// for such a session carries it as Request.After. last is kept, not copied.
+func (b *Book) Resume(last map[string]int64) { b.resume = last }
+
 // Shortfall returns the requests needed so that every session of demand
 // has at least that many seqs, sorted by session ID.
 func (b *Book) Shortfall(demand map[string]int) []Request {
@@ -104,7 +125,7 @@ func (b *Book) Shortfall(demand map[string]int) []Request {
 		if have >= int64(d) {
 			continue
 		}
-		out = append(out, Request{SessionID: s, N: max(b.step, int64(d)) - have})
+		out = append(out, Request{SessionID: s, N: max(b.step, int64(d)) - have, After: b.resume[s]})
 	}
 	sortRequests(out)
 	return out
@@ -119,7 +140,7 @@ func (b *Book) Low(touched []string) []Request {
 	for _, s := range touched {
 		have := b.Remaining(s) + int64(len(b.taken[s]))
 		if have < b.lowWater {
-			out = append(out, Request{SessionID: s, N: b.step - have})
+			out = append(out, Request{SessionID: s, N: b.step - have, After: b.resume[s]})
 		}
 	}
 	sortRequests(out)
@@ -139,6 +160,7 @@ func (b *Book) Add(grants []Grant) error {
 			r = &ranges{}
 			b.sessions[g.SessionID] = r
 		}
+		delete(b.resume, g.SessionID) // reserved: later requests extend
 		if r.top >= g.Range.Lo {
 			return fmt.Errorf("segment: grant %+v for session %s is not above seq %d already held", g.Range, g.SessionID, r.top)
 		}

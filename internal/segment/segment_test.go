@@ -17,7 +17,7 @@ import (
 func TestBook(t *testing.T) {
 	b := NewBook(10, 5)
 	reqs := b.Shortfall(map[string]int{"s": 3, "t": 12})
-	want := []Request{{"s", 10}, {"t", 12}}
+	want := []Request{{SessionID: "s", N: 10}, {SessionID: "t", N: 12}}
 	if fmt.Sprint(reqs) != fmt.Sprint(want) {
 		t.Fatalf("Shortfall = %v, want %v", reqs, want)
 	}
@@ -96,7 +96,7 @@ func TestPGStoreNeverHandsOutARangeTwice(t *testing.T) {
 				var reqs []Request
 				for j, s := range sessions {
 					if (i+j+w)%2 == 0 {
-						reqs = append(reqs, Request{s, int64(1 + (i+w)%7)})
+						reqs = append(reqs, Request{SessionID: s, N: int64(1 + (i+w)%7)})
 					}
 				}
 				sortRequests(reqs)
@@ -167,5 +167,75 @@ func TestPGStoreReleaseGivesBackOnlyAnUntouchedTail(t *testing.T) {
 	}
 	if got, _ := b.Take(s); got != 4 {
 		t.Fatalf("b's range was disturbed: took %d, want 4", got)
+	}
+}
+
+// TestPGStoreReserveAfterRestartsAtTheLastCommittedSeq: a new owner that
+// names the session's last committed seq gets the range right after it,
+// whatever crashed owners reserved beyond it, and also when the row is
+// behind the log or missing.
+func TestPGStoreReserveAfterRestartsAtTheLastCommittedSeq(t *testing.T) {
+	st := stack.Require(t, "pg")
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, st.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := migrate.Up(ctx, pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	store := NewPGStore(pool, 10)
+	crashed, behind, missing, plain := "seg-after-a-"+uuid.NewString(), "seg-after-b-"+uuid.NewString(), "seg-after-c-"+uuid.NewString(), "seg-after-d-"+uuid.NewString()
+	// Two owners in a row reserved 1..10 and 11..20 for crashed and
+	// committed only 1..4; behind's row says 5 though the log has 9;
+	// plain's row is at 10.
+	for _, r := range []Request{{SessionID: crashed, N: 10}, {SessionID: crashed, N: 10}, {SessionID: behind, N: 5}, {SessionID: plain, N: 10}} {
+		if _, err := store.Reserve(ctx, []Request{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := []Request{{SessionID: crashed, N: 10, After: 4}, {SessionID: behind, N: 10, After: 9}, {SessionID: missing, N: 10, After: 3}, {SessionID: plain, N: 10}}
+	sortRequests(reqs)
+	grants, err := store.Reserve(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Range{}
+	for _, g := range grants {
+		got[g.SessionID] = g.Range
+	}
+	want := map[string]Range{crashed: {5, 14}, behind: {10, 19}, missing: {4, 13}, plain: {11, 20}}
+	for s, w := range want {
+		if got[s] != w {
+			t.Errorf("session %s: granted %v, want %v", s, got[s], w)
+		}
+	}
+	// Later reservations without After extend from there.
+	g, err := store.Reserve(ctx, []Request{{SessionID: crashed, N: 10}})
+	if err != nil || len(g) != 1 || g[0].Range != (Range{15, 24}) {
+		t.Fatalf("next reservation = %v, %v; want 15..24", g, err)
+	}
+}
+
+// TestBookResume: only the first request of a resumed session names its
+// last committed seq.
+func TestBookResume(t *testing.T) {
+	b := NewBook(10, 5)
+	b.Resume(map[string]int64{"s": 42})
+	reqs := b.Shortfall(map[string]int{"s": 1, "t": 1})
+	want := []Request{{SessionID: "s", N: 10, After: 42}, {SessionID: "t", N: 10}}
+	if fmt.Sprint(reqs) != fmt.Sprint(want) {
+		t.Fatalf("Shortfall = %v, want %v", reqs, want)
+	}
+	if err := b.Add([]Grant{{"s", Range{43, 52}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 6; i++ {
+		b.Take("s")
+	}
+	b.Commit()
+	if low := b.Low([]string{"s"}); len(low) != 1 || low[0].After != 0 {
+		t.Fatalf("Low after the first grant = %v, want a plain top-up", low)
 	}
 }
