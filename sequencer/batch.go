@@ -61,7 +61,7 @@ func (s *Sequencer) prepare(ctx context.Context, fetches kgo.Fetches) (*batch, e
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 		if fp.Topic == s.cfg.Topics.Uplink && len(fp.Records) > 0 {
 			b.parts = append(b.parts, &partBatch{p: fp.Partition, items: make([]item, len(fp.Records)),
-				demand: map[string]int{}, hwm: fp.HighWatermark, next: fp.Records[len(fp.Records)-1].Offset + 1})
+				demand: make(map[string]int, len(fp.Records)), hwm: fp.HighWatermark, next: fp.Records[len(fp.Records)-1].Offset + 1})
 			for i, r := range fp.Records {
 				b.parts[len(b.parts)-1].items[i] = item{rec: r, first: -1}
 			}
@@ -137,7 +137,7 @@ type dkey struct{ session, clientMsgID string }
 // classify decodes each record and decides: dead letter, retry of a
 // committed message, retry of a message earlier in this batch, or new.
 func (pb *partBatch) classify(maxBytes int, nowMs int64) {
-	seen := map[dkey]int{}
+	seen := make(map[dkey]int, len(pb.items))
 	for i := range pb.items {
 		it := &pb.items[i]
 		it.up, it.bad = decodeUplink(it.rec.Key, it.rec.Value, maxBytes)
@@ -179,7 +179,19 @@ func (pb *partBatch) assign(t eventlog.Topics, instance kgo.RecordHeader, gen *m
 	if err := gen.NextN(ids); err != nil {
 		return fmt.Errorf("issue message ids: %w", err)
 	}
-	pb.out = make([]*kgo.Record, 0, len(pb.items))
+	// The events' records, headers and values are cut from one allocation
+	// each per partition: per-record allocations were most of assign's CPU.
+	n := len(pb.items)
+	recs := make([]kgo.Record, 0, pb.fresh)
+	hdrs := make([]kgo.RecordHeader, 0, pb.fresh*maxEventHeaders)
+	valueBytes := 0
+	for i := range pb.items {
+		valueBytes += len(pb.items[i].rec.Value) + eventOverhead
+	}
+	buf := make([]byte, 0, valueBytes)
+	ts := time.UnixMilli(nowMs)
+	var events eventBuilder
+	pb.out = make([]*kgo.Record, 0, n)
 	for i := range pb.items {
 		it := &pb.items[i]
 		switch {
@@ -199,17 +211,54 @@ func (pb *partBatch) assign(t eventlog.Topics, instance kgo.RecordHeader, gen *m
 			}
 			it.entry = dedup.Entry{Seq: seq, MsgID: ids[0], ServerTsMs: nowMs}
 			ids = ids[1:]
-			ev := sequenced(it.up, seq, it.entry.MsgID, nowMs, pb.p, it.rec.Offset)
-			v, err := proto.Marshal(ev)
-			if err != nil {
+			ev := events.sequenced(it.up, seq, it.entry.MsgID, nowMs, pb.p, it.rec.Offset)
+			start := len(buf)
+			var err error
+			if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf, ev); err != nil {
 				return fmt.Errorf("marshal sequenced event: %w", err)
 			}
-			pb.out = append(pb.out, &kgo.Record{
-				Topic: t.Sequenced, Partition: pb.p, Key: it.rec.Key, Value: v,
-				Timestamp: time.UnixMilli(nowMs),
-				Headers: append(eventlog.Headers(eventType(it.up), "seqflow.im.v1.SequencedEvent", service,
-					eventlog.Header(it.rec, schemas.HeaderTraceparent)), instance),
+			h := len(hdrs)
+			hdrs = append(hdrs, eventHeaders[eventType(it.up)]...)
+			if tp := headerValue(it.rec, schemas.HeaderTraceparent); len(tp) > 0 {
+				hdrs = append(hdrs, kgo.RecordHeader{Key: schemas.HeaderTraceparent, Value: tp})
+			}
+			hdrs = append(hdrs, instance)
+			recs = append(recs, kgo.Record{
+				Topic: t.Sequenced, Partition: pb.p, Key: it.rec.Key, Value: buf[start:len(buf):len(buf)],
+				Timestamp: ts, Headers: hdrs[h:len(hdrs):len(hdrs)],
 			})
+			pb.out = append(pb.out, &recs[len(recs)-1])
+		}
+	}
+	return nil
+}
+
+// eventOverhead bounds how many bytes a sequenced event adds to its
+// uplink's (seq, msg_id, timestamps, partition, offset), to size the value
+// buffer; a larger event only costs a reallocation.
+const eventOverhead = 64
+
+// maxEventHeaders is how many headers a sequenced event carries at most:
+// eventHeaders' four, the traceparent and the instance.
+const maxEventHeaders = 6
+
+// eventHeaders is, per event type, what eventlog.Headers gives a sequenced
+// event without a traceparent, built once; records share the values, which
+// nothing writes to.
+var eventHeaders = func() map[string][]kgo.RecordHeader {
+	m := map[string][]kgo.RecordHeader{}
+	for _, typ := range []string{"message", "session_create", "membership", "edit", "recall", "unknown"} {
+		m[typ] = eventlog.Headers(typ, "seqflow.im.v1.SequencedEvent", service, "")
+	}
+	return m
+}()
+
+// headerValue is the value of r's first header named key, or nil; unlike
+// eventlog.Header it does not copy.
+func headerValue(r *kgo.Record, key string) []byte {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return h.Value
 		}
 	}
 	return nil

@@ -107,24 +107,42 @@ func eventType(u *imv1.Uplink) string {
 	return "unknown"
 }
 
-// sequenced builds the event of u with its seq and message ID.
-func sequenced(u *imv1.Uplink, seq, msgID, nowMs int64, partition int32, offset int64) *imv1.SequencedEvent {
-	ev := &imv1.SequencedEvent{
-		SessionId: u.SessionId, Seq: seq, MsgId: msgID, ClientMsgId: u.ClientMsgId,
-		SenderUserId: u.SenderUserId, SenderDeviceId: u.SenderDeviceId, GatewayId: u.GatewayId,
-		ServerTsMs: nowMs, GatewayTsMs: u.GatewayTsMs, UplinkPartition: partition, UplinkOffset: offset,
-	}
+// eventBuilder builds the events of one partition batch into one reused
+// message, for a caller that marshals each before building the next: two
+// allocations less per event.
+type eventBuilder struct {
+	ev         imv1.SequencedEvent
+	message    imv1.SequencedEvent_Message
+	create     imv1.SequencedEvent_SessionCreate
+	membership imv1.SequencedEvent_Membership
+	edit       imv1.SequencedEvent_Edit
+	recall     imv1.SequencedEvent_Recall
+}
+
+// sequenced builds the event of u with its seq and message ID. It is valid
+// until the next call.
+func (b *eventBuilder) sequenced(u *imv1.Uplink, seq, msgID, nowMs int64, partition int32, offset int64) *imv1.SequencedEvent {
+	ev := &b.ev
+	ev.Reset()
+	ev.SessionId, ev.Seq, ev.MsgId, ev.ClientMsgId = u.SessionId, seq, msgID, u.ClientMsgId
+	ev.SenderUserId, ev.SenderDeviceId, ev.GatewayId = u.SenderUserId, u.SenderDeviceId, u.GatewayId
+	ev.ServerTsMs, ev.GatewayTsMs, ev.UplinkPartition, ev.UplinkOffset = nowMs, u.GatewayTsMs, partition, offset
 	switch c := u.Command.(type) {
 	case *imv1.Uplink_Message:
-		ev.Payload = &imv1.SequencedEvent_Message{Message: c.Message}
+		b.message.Message = c.Message
+		ev.Payload = &b.message
 	case *imv1.Uplink_SessionCreate:
-		ev.Payload = &imv1.SequencedEvent_SessionCreate{SessionCreate: c.SessionCreate}
+		b.create.SessionCreate = c.SessionCreate
+		ev.Payload = &b.create
 	case *imv1.Uplink_Membership:
-		ev.Payload = &imv1.SequencedEvent_Membership{Membership: c.Membership}
+		b.membership.Membership = c.Membership
+		ev.Payload = &b.membership
 	case *imv1.Uplink_Edit:
-		ev.Payload = &imv1.SequencedEvent_Edit{Edit: c.Edit}
+		b.edit.Edit = c.Edit
+		ev.Payload = &b.edit
 	case *imv1.Uplink_Recall:
-		ev.Payload = &imv1.SequencedEvent_Recall{Recall: c.Recall}
+		b.recall.Recall = c.Recall
+		ev.Payload = &b.recall
 	}
 	return ev
 }
