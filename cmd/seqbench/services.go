@@ -192,6 +192,21 @@ func (s *services) stop() {
 			<-p.done
 		}
 	}
+	s.b.deleteTopics(s.prefix)
+}
+
+// deleteTopics removes the prefix's topics, so bench runs do not pile up
+// partitions on the shared broker (a failure only leaves them behind).
+func (b *Bench) deleteTopics(prefix string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t := eventlog.Names(prefix)
+	_, _ = kadm.NewClient(cl).DeleteTopics(ctx, t.Uplink, t.Sequenced, t.Duplicates, t.Receipts, t.Offline, t.DeadLetter)
 }
 
 // setupTopics creates the prefix's topics and applies the migrations.
