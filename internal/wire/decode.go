@@ -79,6 +79,10 @@ func parse(data []byte, l Limits, what string) (*ClientFrame, *apierr.Error) {
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_UTF8, "%s is not valid UTF-8", what)
 	}
 	var f ClientFrame
+	if decodeFast(data, &f) {
+		return &f, nil
+	}
+	f = ClientFrame{}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&f); err != nil {
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "%s is not a JSON object of the protocol: %v", what, err)
