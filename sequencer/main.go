@@ -19,10 +19,11 @@ func main() {
 	if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err = New(cfg, log).Run(ctx)
-		stop()
+		// stop cancels ctx, so whether a signal ended Run is asked first.
 		if ctx.Err() != nil {
 			err = nil
 		}
+		stop()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sequencer:", err)
