@@ -44,6 +44,9 @@ func dialConn(ctx context.Context, url, token string, hc *http.Client, writeTime
 	h.Set("Authorization", "Bearer "+token)
 	hc, nc := coalescingClient(hc)
 	ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h, HTTPClient: hc})
+	if t, ok := hc.Transport.(*http.Transport); ok && err != nil {
+		defer t.CloseIdleConnections() // a refused handshake's keep-alive connection: this transport is not reused
+	}
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode != 0 {
 			he := &HandshakeError{Status: resp.StatusCode}
@@ -139,15 +142,15 @@ func (c *conn) readLoop(handle func(serverFrame)) error {
 // A transport that is not an *http.Transport is used as it is (nil conn).
 func coalescingClient(hc *http.Client) (*http.Client, **wire.CoalescingConn) {
 	nc := new(*wire.CoalescingConn)
-	var t *http.Transport
-	switch rt := hc.Transport.(type) {
-	case nil:
-		t = http.DefaultTransport.(*http.Transport).Clone()
-	case *http.Transport:
-		t = rt.Clone()
-	default:
+	rt := hc.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	ht, ok := rt.(*http.Transport)
+	if !ok {
 		return hc, nc
 	}
+	t := ht.Clone()
 	dial := t.DialContext
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
