@@ -34,9 +34,9 @@ func runChaos(ctx context.Context, args []string) error {
 
 func chaosCmd(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	short := fs.Bool("short", false, "the reduced run of chaos:short: each kind of ShortKinds, a 150s send phase")
+	short := fs.Bool("short", false, "the reduced run of chaos:short: each kind of ShortKinds once, a 300s send phase")
 	seed := fs.Uint64("seed", 0, "fault schedule seed (0: from the clock; the report names it)")
-	duration := fs.Duration("duration", 0, "send phase of the load; faults happen during it (default 25m, -short 150s)")
+	duration := fs.Duration("duration", 0, "send phase of the load; faults happen during it (default 25m, -short 300s)")
 	rate := fs.Float64("rate", 20, "load: messages per second over all users")
 	users := fs.Int("users", 12, "load: users, one connection each")
 	sessions := fs.Int("sessions", 6, "load: sessions, half of them groups of 4")
@@ -65,7 +65,13 @@ func chaosCmd(ctx context.Context, out io.Writer, args []string) error {
 		o.Kinds = chaos.ShortKinds
 		report = filepath.Join(st.Root, ".data", "reports", "chaos-short.json")
 		if o.Duration == 0 {
-			o.Duration = 150 * time.Second
+			// Faults go one at a time, each only while its whole budget
+			// (up to 75s for a broker) still fits in the send phase: 150s
+			// left room for 3 on a loaded box.
+			o.Duration = 300 * time.Second
+		}
+		if o.MaxFaults == 0 {
+			o.MaxFaults = len(chaos.ShortKinds)
 		}
 		if o.MinFaults == 0 {
 			o.MinFaults = 8
