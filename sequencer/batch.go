@@ -296,6 +296,19 @@ func deadLetter(topic string, r *kgo.Record, why *invalidError, nowMs int64) *kg
 	}
 }
 
+// batchProducerOpts makes the transactional producer send a transaction's
+// records at the flush that ends produce, all partitions in one request,
+// instead of a first request with the first few records and the rest
+// behind it: under transactions v2 every produce request that brings
+// partitions into the transaction costs the broker a write to the
+// transaction log before it answers. No record waits for a linger: produce
+// flushes right after buffering them. A transaction buffers at most
+// maxPollRecords records (one output per uplink), which the buffer bound
+// must hold, or Produce would fail with ErrMaxBuffered.
+func batchProducerOpts(maxPollRecords int) []kgo.Opt {
+	return []kgo.Opt{kgo.ManualFlushing(), kgo.MaxBufferedRecords(max(maxPollRecords, 10_000))}
+}
+
 // produce hands every output record to the transactional producer, each
 // partition's records in order, and waits until all are acknowledged.
 func (b *batch) produce(ctx context.Context, sess *kgo.GroupTransactSession) error {

@@ -282,6 +282,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		kgo.FetchMaxWait(100*time.Millisecond),
 		telemetry.KafkaMetrics(s.reg),
 	)
+	opts = append(opts, batchProducerOpts(s.cfg.MaxPollRecords)...)
 	if s.cfg.KafkaDebug {
 		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
 	}
