@@ -358,6 +358,10 @@ write_kafka_props() { # node
       echo "share.coordinator.state.topic.replication.factor=3"
       echo "share.coordinator.state.topic.min.isr=2"
       echo "unclean.leader.election.enable=false"
+      # A killed node is fenced (its partitions led elsewhere) after this,
+      # not Kafka's default 9s: the same 6s the services' groups use.
+      echo "broker.session.timeout.ms=6000"
+      echo "broker.heartbeat.interval.ms=1000"
     fi
   } >"$dir/server.properties.tmp"
   mv -f "$dir/server.properties.tmp" "$dir/server.properties"
