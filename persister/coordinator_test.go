@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -99,7 +98,7 @@ func TestPersisterSurvivesCoordinatorBrokerKill(t *testing.T) {
 	w.write(ctx, t, sessions, 1, 10)
 	waitStored(ctx, t, pool, schema, sessions, 10, time.Minute)
 
-	lockBrokerFaults(t, st.Root)
+	st.LockBrokerFaults(t)
 	waitAllBrokers(ctx, t, adm, len(st.Kafka3Brokers))
 	node, addr := groupCoordinator(ctx, t, adm, group, st.Kafka3Brokers)
 	t.Logf("group %s is coordinated by stack node %d (%s)", group, node, addr)
@@ -147,23 +146,6 @@ func TestPersisterSurvivesCoordinatorBrokerKill(t *testing.T) {
 			time.Since(back).Round(time.Millisecond), sessionTimeout, slack, err, during)
 	}
 	t.Logf("consuming again %s after the broker was back", time.Since(back).Round(time.Millisecond))
-}
-
-// lockBrokerFaults takes, until the test ends, an exclusive lock on
-// .data/kafka3-faults.lock: tests that kill brokers of the shared
-// three-broker cluster take it so that two of them never have two brokers
-// down at once (min.insync.replicas=2 would stop every write).
-func lockBrokerFaults(t *testing.T, root string) {
-	t.Helper()
-	f, err := os.OpenFile(filepath.Join(root, ".data", "kafka3-faults.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		t.Fatalf("lock broker faults: %v", err)
-	}
-	t.Cleanup(func() { f.Close() }) // closing releases the lock
 }
 
 // waitAllBrokers waits until the cluster's metadata lists n brokers: the

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -128,4 +129,22 @@ func Require(t testing.TB, parts ...string) Stack {
 		t.Skip(msg)
 	}
 	return s
+}
+
+// LockBrokerFaults takes, until the test ends, an exclusive lock on
+// .data/kafka3-faults.lock. Every test that kills brokers of the shared
+// three-broker cluster takes it, so two such tests (in packages running in
+// parallel) never have two brokers down at once: min.insync.replicas=2
+// would stop every write.
+func (s Stack) LockBrokerFaults(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(s.Root, ".data", "kafka3-faults.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("lock broker faults: %v", err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing releases the lock
 }
