@@ -148,6 +148,10 @@ func TestPausedInstanceIsFenced(t *testing.T) {
 	time.Sleep(12 * time.Second) // > session timeout: B takes A's partitions
 	a.Signal(syscall.SIGCONT)
 	time.Sleep(6 * time.Second)
+	// A, back in the group, sequences at most one step per second (its
+	// commit delay): stop it so B drains the backlog at full speed, or the
+	// settle below times out on partitions A took back.
+	a.Stop(20 * time.Second)
 	cancel()
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
