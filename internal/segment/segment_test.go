@@ -70,16 +70,8 @@ func TestBook(t *testing.T) {
 // TestPGStoreNeverHandsOutARangeTwice races owners over the same sessions
 // against the real session_seq table.
 func TestPGStoreNeverHandsOutARangeTwice(t *testing.T) {
-	st := stack.Require(t, "pg")
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, st.PGURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := migrate.Up(ctx, pool, ""); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	store := NewPGStore(pool, 7)
 	var sessions []string
 	for i := 0; i < 5; i++ {
@@ -130,16 +122,8 @@ func TestPGStoreNeverHandsOutARangeTwice(t *testing.T) {
 // TestPGStoreReleaseGivesBackOnlyAnUntouchedTail: a released range is
 // handed out again only when nobody reserved past it.
 func TestPGStoreReleaseGivesBackOnlyAnUntouchedTail(t *testing.T) {
-	st := stack.Require(t, "pg")
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, st.PGURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := migrate.Up(ctx, pool, ""); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	store := NewPGStore(pool, 10)
 	s := "seg-release-" + uuid.NewString()
 	a := NewBook(10, 0)
@@ -175,16 +159,8 @@ func TestPGStoreReleaseGivesBackOnlyAnUntouchedTail(t *testing.T) {
 // whatever crashed owners reserved beyond it, and also when the row is
 // behind the log or missing.
 func TestPGStoreReserveAfterRestartsAtTheLastCommittedSeq(t *testing.T) {
-	st := stack.Require(t, "pg")
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, st.PGURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := migrate.Up(ctx, pool, ""); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	store := NewPGStore(pool, 10)
 	crashed, behind, missing, plain := "seg-after-a-"+uuid.NewString(), "seg-after-b-"+uuid.NewString(), "seg-after-c-"+uuid.NewString(), "seg-after-d-"+uuid.NewString()
 	// Two owners in a row reserved 1..10 and 11..20 for crashed and
@@ -238,4 +214,21 @@ func TestBookResume(t *testing.T) {
 	if low := b.Low([]string{"s"}); len(low) != 1 || low[0].After != 0 {
 		t.Fatalf("Low after the first grant = %v, want a plain top-up", low)
 	}
+}
+
+// migratedPool connects to the local stack's PostgreSQL, applies the
+// migrations and closes the pool when the test ends.
+func migratedPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	st := stack.Require(t, "pg")
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, st.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := migrate.Up(ctx, pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }
