@@ -169,7 +169,7 @@ func (p *Persister) runSchema(ctx context.Context, schema string) error {
 		telemetry.KafkaMetrics(p.reg),
 	)
 	if p.cfg.KafkaDebug {
-		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, eventlog.DebugLogPrefix)))
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

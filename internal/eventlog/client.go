@@ -1,19 +1,52 @@
 package eventlog
 
 import (
+	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // ClientOpts returns the options every seqflow Kafka client starts from:
-// seed brokers and a client ID. Producers add their own durability options;
-// see ProducerOpts.
+// seed brokers, a client ID and the failover timing below. Producers add
+// their own durability options; see ProducerOpts.
+//
+// Failover timing: when a broker dies, its partitions and the group and
+// transaction coordinators it held move once the controller fences it
+// (broker.session.timeout.ms). franz-go's defaults then find the new homes
+// late: metadata is refreshed at most every 5s, and a request to a dead
+// coordinator backs off up to 5s between retries, so a transaction commit
+// could reach the new coordinator seconds after it was ready (chaos runs:
+// kafka_txn_coordinator recovery 15-65s). seqflow refreshes metadata at most
+// every MetadataMinAge and caps the retry backoff at MaxRetryBackoff, and
+// allows more tries so a request still retries about as long as before.
 func ClientOpts(brokers []string, clientID string) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID(clientID),
+		kgo.MetadataMinAge(MetadataMinAge),
+		kgo.RetryBackoffFn(RetryBackoff),
+		kgo.RequestRetries(60),
 	}
+}
+
+// MetadataMinAge is the shortest time between two metadata refreshes of a
+// seqflow client (franz-go's default: 5s).
+const MetadataMinAge = time.Second
+
+// MaxRetryBackoff caps the wait between two tries of a failed request
+// (franz-go's default: 5s).
+const MaxRetryBackoff = time.Second
+
+// RetryBackoff is the wait before retry number fails (1-based): 100ms
+// doubling up to MaxRetryBackoff, with up to 20% jitter taken off.
+func RetryBackoff(fails int) time.Duration {
+	d := MaxRetryBackoff
+	if fails < 8 {
+		d = min(100*time.Millisecond<<max(fails-1, 0), MaxRetryBackoff)
+	}
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
 }
 
 // ProducerOpts are the durability settings of every seqflow producer:
@@ -49,4 +82,11 @@ func SplitBrokers(s string) []string {
 		}
 	}
 	return out
+}
+
+// DebugLogPrefix starts each line of a franz-go debug log (the services'
+// *_KAFKA_DEBUG settings) with the time, so the log lines up with the
+// services' own JSON logs.
+func DebugLogPrefix() string {
+	return time.Now().UTC().Format("2006-01-02T15:04:05.000000Z ")
 }

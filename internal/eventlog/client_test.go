@@ -1,0 +1,28 @@
+package eventlog
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRetryBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		fails    int
+		min, max time.Duration
+	}{
+		{0, 80 * time.Millisecond, 100 * time.Millisecond},
+		{1, 80 * time.Millisecond, 100 * time.Millisecond},
+		{2, 160 * time.Millisecond, 200 * time.Millisecond},
+		{4, 640 * time.Millisecond, 800 * time.Millisecond},
+		{5, 800 * time.Millisecond, MaxRetryBackoff},
+		{7, 800 * time.Millisecond, MaxRetryBackoff},
+		{60, 800 * time.Millisecond, MaxRetryBackoff},
+		{1 << 30, 800 * time.Millisecond, MaxRetryBackoff},
+	} {
+		for range 200 {
+			if d := RetryBackoff(tc.fails); d < tc.min || d > tc.max {
+				t.Fatalf("RetryBackoff(%d) = %s, want within [%s, %s]", tc.fails, d, tc.min, tc.max)
+			}
+		}
+	}
+}
