@@ -40,6 +40,10 @@ type Config struct {
 	// E2EUsers: SEQBENCH_E2E_USERS, users (one connection each) of the
 	// e2e runs, default 200; sessions are half as many direct pairs.
 	E2EUsers int
+	// E2EMax: SEQBENCH_E2E_MAX, whether the e2e phase runs its
+	// as-fast-as-possible step before the paced one, default true; false
+	// runs only the paced step (its e2e_max_* keys are then absent).
+	E2EMax bool
 	// E2EInFlight: SEQBENCH_E2E_IN_FLIGHT, each client's window in the
 	// as-fast-as-possible run, default 32.
 	E2EInFlight int
@@ -85,6 +89,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		PortBase:         e.Int("SEQBENCH_PORT_BASE", 18400, 1024, 65000),
 		E2EDuration:      e.Duration("SEQBENCH_E2E_DURATION", 15*time.Second, time.Second, 5*time.Minute),
 		E2EUsers:         e.Int("SEQBENCH_E2E_USERS", 200, 2, 100_000),
+		E2EMax:           e.Bool("SEQBENCH_E2E_MAX", true),
 		E2EInFlight:      e.Int("SEQBENCH_E2E_IN_FLIGHT", 32, 1, 64),
 		FixedRate:        e.Int("SEQBENCH_FIXED_RATE", 2000, 1, 1_000_000),
 		IdleConns:        e.Int("SEQBENCH_IDLE_CONNS", 20_000, 1, 200_000),

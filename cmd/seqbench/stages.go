@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// stage is one hop of a message's path, timed by a histogram a service
+// exposes on its /metrics.
+type stage struct {
+	key    string // JSON key part: e2e_stage_<key>_p50_ms
+	path   string // "ack", "deliver" or "both"
+	what   string
+	svc    string
+	metric string
+	labels string // the series' labels without le, as /metrics writes them; "" for none
+}
+
+// stages are the hops of an ACK and of a delivery, in path order. Rows
+// whose histogram a service does not expose are left out of the table.
+var stages = []stage{
+	{"gw_produce", "ack", "gateway: command frame arrived → uplink acknowledged (acks=all)", "producer-gw",
+		"seqflow_gateway_ack_stage_seconds", `stage="produce"`},
+	{"seq_uplink_wait", "both", "sequencer: uplink record timestamp (gateway's produce call) → returned by a poll", "sequencer",
+		"seqflow_sequencer_uplink_wait_seconds", ""},
+	{"seq_prepare", "both", "sequencer, per batch: poll returned → events built (decode, dedup, segments)", "sequencer",
+		"seqflow_sequencer_batch_stage_seconds", `stage="prepare"`},
+	{"seq_produce", "both", "sequencer, per batch: produce and flush the events", "sequencer",
+		"seqflow_sequencer_batch_stage_seconds", `stage="produce"`},
+	{"seq_commit", "both", "sequencer, per batch: EndTxn (offsets, commit)", "sequencer",
+		"seqflow_sequencer_batch_stage_seconds", `stage="commit"`},
+	{"seq_total", "both", "sequencer, per batch: poll returned → committed", "sequencer",
+		"seqflow_sequencer_batch_stage_seconds", `stage="total"`},
+	{"push_handoff", "both", "pusher: event server_ts → its batch handed to the transport", "pusher",
+		"seqflow_pusher_push_latency_seconds", ""},
+	{"gw_push_lag", "both", "gateway, per batch: pusher handed it over → gateway received it", "producer-gw",
+		"seqflow_gateway_push_batch_lag_seconds", ""},
+	{"gw_seq_wait", "ack", "gateway: uplink acknowledged → seq arrived", "producer-gw",
+		"seqflow_gateway_ack_stage_seconds", `stage="seq_wait"`},
+	{"gw_from_sequencer", "ack", "gateway: event server_ts (sequencer, before commit) → seq arrived", "producer-gw",
+		"seqflow_gateway_ack_stage_seconds", `stage="from_sequencer"`},
+	{"gw_ack", "ack", "gateway: command frame arrived → ACK with seq queued", "producer-gw",
+		"seqflow_gateway_ack_seconds", `status="ok"`},
+}
+
+// counters are series whose change over the paced run goes into the
+// stage table as it is (counts, and the _sum and _count of a histogram
+// whose mean matters, such as records per batch).
+var counters = []struct{ svc, series, what string }{
+	{"sequencer", `seqflow_sequencer_batch_records_count{}`, "sequencer: transactions"},
+	{"sequencer", `seqflow_sequencer_batch_records_sum{}`, "sequencer: records in them"},
+	{"sequencer", `seqflow_sequencer_poll_merges_total{result="merged"}`, "sequencer: polls joined by the next fetch"},
+	{"sequencer", `seqflow_sequencer_poll_merges_total{result="none"}`, "sequencer: polls whose next fetch did not come in time"},
+	{"pusher", `seqflow_pusher_poll_records_count{}`, "pusher: polls"},
+	{"pusher", `seqflow_pusher_poll_records_sum{}`, "pusher: records in them"},
+}
+
+// hist is one histogram series: cumulative counts per upper bound.
+type hist struct {
+	les    []float64
+	counts []float64
+}
+
+// metricsSnap is every histogram series of every service, by service and
+// "name{labels}", and under "plain:"+service every other sample.
+type metricsSnap map[string]map[string]*hist
+
+// snapMetrics reads the /metrics of every service of s; a service that
+// does not answer is left out.
+func (s *services) snapMetrics(ctx context.Context) metricsSnap {
+	out := metricsSnap{}
+	for _, p := range s.procs {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		h, plain, err := scrapeHistograms(ctx, "http://"+p.admin+"/metrics")
+		cancel()
+		if err == nil {
+			out[p.name], out["plain:"+p.name] = h, plain
+		}
+	}
+	return out
+}
+
+func scrapeHistograms(ctx context.Context, url string) (map[string]*hist, map[string]*hist, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	return parseHistograms(resp.Body)
+}
+
+// parseHistograms reads a Prometheus text exposition: the _bucket lines
+// as histograms, every other sample as a one-bucket hist keyed
+// "name{labels}".
+func parseHistograms(r io.Reader) (map[string]*hist, map[string]*hist, error) {
+	out, plain := map[string]*hist{}, map[string]*hist{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		name, rest, ok := strings.Cut(line, "_bucket{")
+		if !ok {
+			series, value, ok := strings.Cut(line, " ")
+			if !ok {
+				continue
+			}
+			if !strings.Contains(series, "{") {
+				series += "{}"
+			}
+			if v, err := strconv.ParseFloat(strings.Fields(value)[0], 64); err == nil {
+				plain[series] = &hist{les: []float64{math.Inf(1)}, counts: []float64{v}}
+			}
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		var le float64
+		var keep []string
+		for _, l := range splitLabels(labels) {
+			if v, ok := strings.CutPrefix(l, "le="); ok {
+				var err error
+				if le, err = strconv.ParseFloat(strings.Trim(v, `"`), 64); err != nil {
+					return nil, nil, fmt.Errorf("parse le of %q: %w", line, err)
+				}
+				continue
+			}
+			keep = append(keep, l)
+		}
+		n, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse count of %q: %w", line, err)
+		}
+		key := name + "{" + strings.Join(keep, ",") + "}"
+		h := out[key]
+		if h == nil {
+			h = &hist{}
+			out[key] = h
+		}
+		h.les = append(h.les, le)
+		h.counts = append(h.counts, n)
+	}
+	return out, plain, sc.Err()
+}
+
+// splitLabels splits a{x="1",y="2"}'s inside at the commas between labels;
+// values of these services' labels hold no commas or quotes.
+func splitLabels(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// sub returns h minus its earlier snapshot h0 (nil: nothing before).
+func (h *hist) sub(h0 *hist) *hist {
+	d := &hist{les: h.les, counts: make([]float64, len(h.counts))}
+	copy(d.counts, h.counts)
+	if h0 != nil && len(h0.counts) == len(h.counts) {
+		for i := range d.counts {
+			d.counts[i] -= h0.counts[i]
+		}
+	}
+	return d
+}
+
+func (h *hist) total() float64 {
+	if len(h.counts) == 0 {
+		return 0
+	}
+	return h.counts[len(h.counts)-1]
+}
+
+// quantile interpolates linearly inside the bucket that holds q, as
+// Prometheus' histogram_quantile does; the +Inf bucket answers its lower
+// bound. NaN when the histogram is empty.
+func (h *hist) quantile(q float64) float64 {
+	idx := make([]int, len(h.les))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return h.les[idx[a]] < h.les[idx[b]] })
+	n := h.total()
+	if n <= 0 {
+		return math.NaN()
+	}
+	rank := q * n
+	lower, below := 0.0, 0.0
+	for _, i := range idx {
+		if h.counts[i] >= rank {
+			if math.IsInf(h.les[i], 1) {
+				return lower
+			}
+			in := h.counts[i] - below
+			if in <= 0 {
+				return h.les[i]
+			}
+			return lower + (h.les[i]-lower)*(rank-below)/in
+		}
+		lower, below = h.les[i], h.counts[i]
+	}
+	return lower
+}
+
+// stageRow is one measured stage of a run.
+type stageRow struct {
+	stage
+	n              float64
+	p50, p99, p999 float64 // ms
+}
+
+// stageRows diffs two snapshots taken around a run into one row per stage
+// whose histogram was exposed.
+func stageRows(before, after metricsSnap) []stageRow {
+	var rows []stageRow
+	for _, st := range stages {
+		key := st.metric + "{" + st.labels + "}"
+		h := after[st.svc][key]
+		if h == nil {
+			continue
+		}
+		d := h.sub(before[st.svc][key])
+		rows = append(rows, stageRow{stage: st, n: d.total(),
+			p50: d.quantile(0.5) * 1000, p99: d.quantile(0.99) * 1000, p999: d.quantile(0.999) * 1000})
+	}
+	return rows
+}
+
+// counterRows is "what: change" for every counter of counters exposed.
+func counterRows(before, after metricsSnap) []string {
+	var out []string
+	for _, c := range counters {
+		h := after["plain:"+c.svc][c.series]
+		if h == nil {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: %.0f", c.what, h.sub(before["plain:"+c.svc][c.series]).total()))
+	}
+	return out
+}
+
+// stageTable renders rows as the doc's markdown table.
+func stageTable(rows []stageRow) string {
+	var b strings.Builder
+	b.WriteString("| stage | path | count | p50 ms | p99 ms | p999 ms | series |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		series := r.metric
+		if r.labels != "" {
+			series += "{" + r.labels + "}"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | `%s` (%s) |\n", r.what, r.path, r.n, num(r.p50), num(r.p99), num(r.p999), series, r.svc)
+	}
+	return b.String()
+}
