@@ -46,6 +46,7 @@ type Sequencer struct {
 	epoch map[int32]uint64
 	ready atomic.Bool
 	kcl   atomic.Pointer[kgo.Client] // the live transact session's client, for /readyz
+	watch atomic.Pointer[groupWatch] // the live session's coordinator watch
 
 	instanceHeader kgo.RecordHeader
 	tracer         trace.Tracer
@@ -263,6 +264,8 @@ func (s *Sequencer) dropAll() {
 func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error {
 	defer s.dropAll()
 	defer s.ready.Store(false)
+	watch := newGroupWatch(time.Now())
+	s.watch.Store(watch)
 	opts := append(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-"+s.cfg.InstanceID),
 		kgo.TransactionalID(s.cfg.TransactionalID()),
 		kgo.TransactionTimeout(s.cfg.TxnTimeout),
@@ -281,6 +284,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		kgo.OnPartitionsLost(s.onLost),
 		kgo.FetchMaxWait(100*time.Millisecond),
 		telemetry.KafkaMetrics(s.reg),
+		kgo.WithHooks(watch),
 	)
 	opts = append(opts, batchProducerOpts(s.cfg.MaxPollRecords)...)
 	if s.cfg.KafkaDebug {
@@ -362,10 +366,15 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	// transaction open that long anyway, so waiting longer only delays the
 	// rebuild (chaos runs: End waited out 40s for a coordinator that had
 	// moved after ~9s).
-	endCtx, endCancel := context.WithTimeout(ctx, s.cfg.TxnTimeout)
+	// It is also given up once the group coordinator has been silent for a
+	// session timeout (see groupWatch).
+	endCtx, endCancel, silent := endContext(ctx, s.watch.Load(), s.cfg.TxnTimeout, s.cfg.SessionTimeout)
 	committed, endErr := sess.End(endCtx, want)
 	end := time.Now()
 	endCancel()
+	if endErr != nil && silent() {
+		endErr = errCoordinatorSilent
+	}
 	result := "aborted"
 	if committed {
 		result = "committed"

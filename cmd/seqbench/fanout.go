@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -33,9 +37,10 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 		mu      sync.Mutex
 		sid     string
 		sentAt  = map[string]time.Time{}
-		seen    = make([]bool, online+1)
-		nSeen   int
-		lat     []float64
+		top     = make([]int64, online+1) // each client's highest seq of the group
+		lat     []float64                 // send → SDK, per delivery
+		after   []float64                 // server_ts (seq assigned) → SDK, per delivery
+		seqd    = map[string]float64{}    // send → server_ts, per message
 		wake    = make(chan struct{}, 1)
 		runErrs = make(chan error, online+1)
 	)
@@ -47,12 +52,11 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 			if sid == "" || e.SessionID != sid {
 				return
 			}
-			if !seen[i] {
-				seen[i] = true
-				nSeen++
-			}
+			top[i] = max(top[i], e.Seq)
 			if at, ok := sentAt[e.ClientMsgID]; ok && e.Kind == "message" && i > 0 {
 				lat = append(lat, ms(now.Sub(at)))
+				after = append(after, ms(now.Sub(time.UnixMilli(e.ServerTs))))
+				seqd[e.ClientMsgID] = ms(time.UnixMilli(e.ServerTs).Sub(at))
 			}
 			select {
 			case wake <- struct{}{}:
@@ -94,17 +98,25 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 	if err != nil {
 		return fmt.Errorf("create group: %w", err)
 	}
+	lastSetup := ack.Seq
 	for lo := 500; lo < b.cfg.FanoutMembers; lo += 500 {
 		var chunk []string
 		for i := lo; i < min(lo+500, b.cfg.FanoutMembers); i++ {
 			chunk = append(chunk, user(i))
 		}
-		if _, err := sender.AddMembers(ctx, sid, chunk...); err != nil {
+		a, err := sender.AddMembers(ctx, sid, chunk...)
+		if err != nil {
 			return fmt.Errorf("add members %d..%d: %w", lo, lo+len(chunk)-1, err)
 		}
+		lastSetup = a.Seq
 	}
-	// Every online member has had an event of the group: its gateway
-	// knows the membership.
+	// Every online member has had the last setup event: its gateway knows
+	// the membership, and the setup's deliveries (each AddMembers event
+	// lists 500 users, to every online member) no longer queue ahead of
+	// the messages measured.
+	settled := func() bool {
+		return !slices.ContainsFunc(top, func(s int64) bool { return s < lastSetup })
+	}
 	wait := func(d time.Duration, done func() bool) bool {
 		deadline := time.After(d)
 		for {
@@ -124,12 +136,19 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 			}
 		}
 	}
-	if !wait(90*time.Second, func() bool { return nSeen >= online+1 }) {
+	if !wait(90*time.Second, settled) {
 		mu.Lock()
 		defer mu.Unlock()
-		return fmt.Errorf("only %d of %d online members saw the group within 90 s", nSeen, online)
+		n := 0
+		for _, s := range top {
+			if s >= lastSetup {
+				n++
+			}
+		}
+		return fmt.Errorf("only %d of %d clients saw the group's last setup event within 90 s", n, online+1)
 	}
 	setupSecs := time.Since(setupStart).Seconds()
+	b.saveMetrics(ctx, "fanout-setup", "pusher", "producer-gw")
 	msgs := b.cfg.FanoutMessages
 	for n := range msgs {
 		id := client.NewMessageID()
@@ -144,16 +163,27 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 	want := msgs * online
 	wait(30*time.Second, func() bool { return len(lat) >= want })
 	mu.Lock()
-	got := slices.Clone(lat)
+	got, gotAfter := slices.Clone(lat), slices.Clone(after)
+	var gotSeq []float64
+	for _, v := range seqd {
+		gotSeq = append(gotSeq, v)
+	}
 	mu.Unlock()
+	b.saveMetrics(ctx, "fanout", "pusher", "producer-gw")
 	if len(got) == 0 {
 		return fmt.Errorf("no delivery of %d expected", want)
 	}
-	slices.Sort(got)
-	p := func(q float64) float64 { return got[min(len(got)-1, int(q*float64(len(got))))] }
+	p := quantiles(got)
 	src := fmt.Sprintf("go tool task bench (cmd/seqbench fanout: %d members, %d online, %d messages)", b.cfg.FanoutMembers, online, msgs)
 	r.set("fanout_10k_deliver_p99_ms", p(0.99), src)
+	r.set("fanout_10k_deliver_p50_ms", p(0.5), src)
 	r.set("fanout_deliveries_missing", float64(want-len(got)), src)
+	// The stages either side of the seq's server_ts (the sequencer's
+	// clock, the same host): sequencing, then commit, push and the SDK.
+	pa, ps := quantiles(gotAfter), quantiles(gotSeq)
+	r.set("fanout_10k_seq_assigned_p50_ms", ps(0.5), src+", send → server_ts per message")
+	r.set("fanout_10k_after_seq_p50_ms", pa(0.5), src+", server_ts → SDK per delivery")
+	r.set("fanout_10k_after_seq_p99_ms", pa(0.99), src+", server_ts → SDK per delivery")
 	r.Details = append(r.Details, fmt.Sprintf(`### Fanout: one message to a %d-member group, %d online
 
 The four services as processes on a fresh prefix; the group is created
@@ -164,7 +194,7 @@ latency = send → each online member's SDK handing the message over.
 | deliveries expected | got | p50 ms | p99 ms | max ms |
 |---|---|---|---|---|
 | %d | %d | %s | %s | %s |
-`, b.cfg.FanoutMembers, online, setupSecs, msgs, want, len(got), num(p(0.5)), num(p(0.99)), num(got[len(got)-1])))
+`, b.cfg.FanoutMembers, online, setupSecs, msgs, want, len(got), num(p(0.5)), num(p(0.99)), num(p(1))))
 	var errs []error
 	if len(got) < want {
 		errs = append(errs, fmt.Errorf("%d of %d deliveries missing after 30 s", want-len(got), want))
@@ -178,3 +208,37 @@ latency = send → each online member's SDK handing the message over.
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// quantiles sorts v and returns its quantile function (v must not be empty).
+func quantiles(v []float64) func(q float64) float64 {
+	slices.Sort(v)
+	return func(q float64) float64 {
+		if len(v) == 0 {
+			return 0
+		}
+		return v[min(len(v)-1, int(q*float64(len(v))))]
+	}
+}
+
+// saveMetrics writes each named service's /metrics to
+// <logDir>/<phase>-<service>.metrics, for the per-stage histograms
+// (pusher presence lookup and hand-off, gateway batch lag; the fanout
+// phase saves them after the setup and at the end, so their difference
+// is the messages'); a failure only leaves the file out.
+func (b *Bench) saveMetrics(ctx context.Context, phase string, svcs ...string) {
+	for _, svc := range svcs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.adminAddr(svc)+"/metrics", nil)
+		if err != nil {
+			continue
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			_ = os.WriteFile(filepath.Join(b.logDir, phase+"-"+svc+".metrics"), body, 0o644)
+		}
+	}
+}

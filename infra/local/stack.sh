@@ -339,7 +339,12 @@ write_kafka_props() { # node
     echo "auto.create.topics.enable=false"
     echo "delete.topic.enable=true"
     echo "group.initial.rebalance.delay.ms=0"
-    echo "transaction.abort.timed.out.transaction.cleanup.interval.ms=10000"
+    # How often the coordinator looks for transactions open past their
+    # timeout and aborts them (Kafka's default 10s). A paused (zombie)
+    # sequencer's open transaction holds its partitions' last stable offset,
+    # which the new owner waits for, so this adds to every takeover from a
+    # zombie: checked each second, the wait is about the transaction timeout.
+    echo "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000"
     echo "num.recovery.threads.per.data.dir=1"
     if [[ $node == single ]]; then
       echo "default.replication.factor=1"
@@ -358,10 +363,17 @@ write_kafka_props() { # node
       echo "share.coordinator.state.topic.replication.factor=3"
       echo "share.coordinator.state.topic.min.isr=2"
       echo "unclean.leader.election.enable=false"
-      # A killed node is fenced (its partitions led elsewhere) after this,
-      # not Kafka's default 9s: the same 6s the services' groups use.
-      echo "broker.session.timeout.ms=6000"
-      echo "broker.heartbeat.interval.ms=1000"
+      # A killed node is fenced (its partitions and coordinators move to
+      # the others) after this, not Kafka's default 9s: failover takes the
+      # fencing plus a few seconds, and chaos runs measure it against the
+      # services' 6s group session timeout plus a few seconds.
+      echo "broker.session.timeout.ms=4000"
+      echo "broker.heartbeat.interval.ms=500"
+      # A restarted node replays the metadata log from its latest snapshot;
+      # Kafka's default (a snapshot an hour) made a node killed in a chaos
+      # run replay tens of thousands of records from offset 0 before it was
+      # unfenced (18s). One a minute keeps that replay short.
+      echo "metadata.log.max.snapshot.interval.ms=60000"
     fi
   } >"$dir/server.properties.tmp"
   mv -f "$dir/server.properties.tmp" "$dir/server.properties"

@@ -299,8 +299,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if res.Error != "" {
 			note = " ERROR " + res.Error
 		}
-		fmt.Fprintf(o.Out, "  #%-3d %5.0fs %-24s %-28s hold %4.1fs recovered in %5.1fs [%s | %s]%s\n",
-			res.N, res.AtS, res.Kind, res.Target, res.HoldS, res.RecoveryS, res.FirstRound, res.AfterEnd, note)
+		restart := ""
+		if res.RestartS > 0 {
+			restart = fmt.Sprintf(" (restart took %.1fs)", res.RestartS)
+		}
+		fmt.Fprintf(o.Out, "  #%-3d %5.0fs %-24s %-28s hold %4.1fs%s recovered in %5.1fs [%s | %s]%s\n",
+			res.N, res.AtS, res.Kind, res.Target, res.HoldS, restart, res.RecoveryS, res.FirstRound, res.AfterEnd, note)
 		s.log.Info("fault", "n", res.N, "kind", string(res.Kind), "target", res.Target, "recovery_s", res.RecoveryS, "err", res.Error)
 		if err := sleep(ctx, f.Gap); err != nil {
 			return nil, err
@@ -400,7 +404,8 @@ func (s *suite) setup(ctx context.Context) error {
 			return &SetupError{"ports", err}
 		}
 		env := map[string][]string{
-			"sequencer": {"SEQUENCER_GROUP=chaos-" + s.id + "-seq", "SEQUENCER_INSTANCE_ID=" + inst, "SEQUENCER_SESSION_TIMEOUT=" + st},
+			"sequencer": {"SEQUENCER_GROUP=chaos-" + s.id + "-seq", "SEQUENCER_INSTANCE_ID=" + inst, "SEQUENCER_SESSION_TIMEOUT=" + st,
+				"SEQUENCER_TXN_TIMEOUT=" + st},
 			"persister": {"PERSISTER_GROUP=chaos-" + s.id + "-per", "PERSISTER_INSTANCE_ID=" + inst, "PERSISTER_MIGRATE=false",
 				"PERSISTER_SESSION_TIMEOUT=" + st},
 			"pusher": {"PUSHER_GROUP=chaos-" + s.id + "-push", "PUSHER_INSTANCE_ID=" + inst, "PUSHER_RESET_OFFSET=start",
@@ -492,6 +497,11 @@ func (s *suite) teardown() {
 // inject carries out one fault and measures its recovery.
 func (s *suite) inject(ctx context.Context, f Fault) FaultResult {
 	res := FaultResult{N: f.N, Kind: f.Kind, HoldS: f.Hold.Seconds()}
+	if f.Kind == KafkaBroker || f.Kind == KafkaCoordinator {
+		// The previous restart may still be finishing in the background;
+		// its wait is not part of this fault, and the target is picked after it.
+		s.k3.wait()
+	}
 	var begin, end func(context.Context) error
 	switch {
 	case f.Kind.service() != "":
@@ -551,6 +561,10 @@ func (s *suite) inject(ctx context.Context, f Fault) FaultResult {
 	t1 := time.Now()
 	if err := end(ctx); err != nil {
 		res.Error = "end fault: " + err.Error()
+	}
+	if f.Kind.service() == "" {
+		res.RestartS = time.Since(t1).Seconds()
+		t1 = time.Now()
 	}
 	done1 := <-r1
 	r2ctx, cancel2 := context.WithTimeout(ctx, s.o.MaxRecovery)

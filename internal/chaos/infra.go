@@ -242,7 +242,18 @@ func (k *kafka3) start(ctx context.Context, node int, inSync func(context.Contex
 	k.pending = done
 	k.mu.Unlock()
 	go func() { done <- k.stack(context.WithoutCancel(ctx), "start-kafka3-node", strconv.Itoa(node)) }()
-	err := waitFor(ctx, 3*time.Minute, fmt.Sprintf("kafka node %d in sync", node), inSync)
+	// A node killed for less than the broker session timeout is still in
+	// every ISR it was in, so inSync alone can hold before the node is up:
+	// it must also accept connections again.
+	addr := k.Brokers[node-1]
+	err := waitFor(ctx, 3*time.Minute, fmt.Sprintf("kafka node %d in sync", node), func(ctx context.Context) error {
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		_ = c.Close()
+		return inSync(ctx)
+	})
 	select {
 	case serr := <-done: // finished already: its verdict counts
 		done <- serr

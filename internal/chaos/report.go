@@ -20,8 +20,17 @@ type FaultResult struct {
 	AtS   float64 `json:"at_s"`
 	HoldS float64 `json:"hold_s"`
 	// RecoveryS: the longer of (injection → a probe round started after
-	// it completed) and (end of the fault → the same after the end).
+	// it completed) and (end of the fault → the same after the end). The
+	// end of a service fault is the restart or SIGCONT; the end of a
+	// broker, Redis or PostgreSQL fault is when that part is back (a broker
+	// restarted with every replica in sync, Redis answering, PostgreSQL
+	// accepting connections): its own start-up is RestartS, not seqflow's.
+	// The round started at the injection runs through the restart, so a
+	// pipeline that cannot work without the part still counts it.
 	RecoveryS float64 `json:"recovery_s"`
+	// RestartS is how long the restart of an infrastructure part took
+	// (0 for a service fault).
+	RestartS float64 `json:"restart_s,omitempty"`
 	// InFlight is, for a mid-send gateway kill, the commands in flight
 	// through that gateway when it died.
 	InFlight int `json:"in_flight,omitempty"`
@@ -178,13 +187,13 @@ func (r *Report) Table(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tat_s\tkind\ttarget\thold_s\trecovery_s\tnote\t")
+	fmt.Fprintln(tw, "#\tat_s\tkind\ttarget\thold_s\trestart_s\trecovery_s\tnote\t")
 	for _, f := range r.Faults {
 		note := f.Error
 		if f.InFlight > 0 {
 			note = strings.TrimSpace(fmt.Sprintf("%d in flight %s", f.InFlight, note))
 		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%s\t%s\t%.1f\t%.1f\t%s\t\n", f.N, f.AtS, f.Kind, f.Target, f.HoldS, f.RecoveryS, note)
+		fmt.Fprintf(tw, "%d\t%.0f\t%s\t%s\t%.1f\t%.1f\t%.1f\t%s\t\n", f.N, f.AtS, f.Kind, f.Target, f.HoldS, f.RestartS, f.RecoveryS, note)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

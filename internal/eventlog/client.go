@@ -33,7 +33,7 @@ func ClientOpts(brokers []string, clientID string) []kgo.Opt {
 
 // MetadataMinAge is the shortest time between two metadata refreshes of a
 // seqflow client (franz-go's default: 5s).
-const MetadataMinAge = time.Second
+const MetadataMinAge = 500 * time.Millisecond
 
 // MaxRetryBackoff caps the wait between two tries of a failed request
 // (franz-go's default: 5s).

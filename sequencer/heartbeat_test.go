@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func TestGroupWatchCountsOnlyCoordinatorAnswers(t *testing.T) {
+	long := time.Hour
+	for _, tc := range []struct {
+		name  string
+		key   kmsg.Key
+		err   error
+		fresh bool
+	}{
+		{"heartbeat", kmsg.Heartbeat, nil, true},
+		{"join", kmsg.JoinGroup, nil, true},
+		{"sync", kmsg.SyncGroup, nil, true},
+		{"failed heartbeat read", kmsg.Heartbeat, errors.New("EOF"), false},
+		{"produce", kmsg.Produce, nil, false},
+		{"end txn", kmsg.EndTxn, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newGroupWatch(time.Now().Add(-long))
+			w.OnBrokerRead(kgo.BrokerMetadata{}, int16(tc.key), 10, 0, 0, tc.err)
+			if got := w.silentFor(time.Now()) < long/2; got != tc.fresh {
+				t.Fatalf("after a %s read (err %v): fresh = %v, want %v", tc.name, tc.err, got, tc.fresh)
+			}
+		})
+	}
+}
+
+func TestEndContextGivesUpOnASilentCoordinator(t *testing.T) {
+	w := newGroupWatch(time.Now().Add(-time.Minute))
+	ctx, cancel, silent := endContext(context.Background(), w, time.Hour, 10*time.Second)
+	defer cancel()
+	select {
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("End's context still open although the coordinator was silent for a minute")
+	}
+	if !silent() {
+		t.Fatal("silent() = false for a context ended by the watch")
+	}
+	if !errors.Is(context.Cause(ctx), errCoordinatorSilent) {
+		t.Fatalf("cause = %v, want errCoordinatorSilent", context.Cause(ctx))
+	}
+}
+
+func TestEndContextKeepsAnsweringCoordinator(t *testing.T) {
+	w := newGroupWatch(time.Now())
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // a coordinator answering heartbeats every 20ms
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				w.OnBrokerRead(kgo.BrokerMetadata{}, int16(kmsg.Heartbeat), 10, 0, 0, nil)
+			}
+		}
+	}()
+	ctx, cancel, silent := endContext(context.Background(), w, 500*time.Millisecond, 400*time.Millisecond)
+	defer cancel()
+	<-ctx.Done() // only the transaction timeout can end it
+	if silent() {
+		t.Fatal("silent() = true although the coordinator kept answering")
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("ctx.Err() = %v, want the transaction timeout's DeadlineExceeded", ctx.Err())
+	}
+}
+
+func TestEndContextCancelStopsTheWatch(t *testing.T) {
+	w := newGroupWatch(time.Now())
+	ctx, cancel, silent := endContext(context.Background(), w, time.Hour, time.Hour)
+	cancel()
+	<-ctx.Done()
+	if silent() {
+		t.Fatal("silent() = true after a plain cancel")
+	}
+}
