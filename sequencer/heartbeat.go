@@ -59,12 +59,12 @@ var errCoordinatorSilent = errors.New("group coordinator silent for a session ti
 const endWatchEvery = 100 * time.Millisecond
 
 // endContext is the context End runs under: it ends after the transaction
-// timeout (a coordinator aborts a transaction open that long anyway, so
-// waiting longer only delays the rebuild), or as soon as the group
-// coordinator has been silent for a whole session timeout; stale then says
-// which of the two ended it.
+// timeout plus a session timeout (by then the coordinator has aborted the
+// transaction itself, or a coordinator that moved has had time to answer),
+// or as soon as the group coordinator has been silent for a whole session
+// timeout; stale then says the latter ended it.
 func endContext(ctx context.Context, w *groupWatch, txnTimeout, sessionTimeout time.Duration) (_ context.Context, cancel func(), stale func() bool) {
-	ectx, cancelT := context.WithTimeout(ctx, txnTimeout)
+	ectx, cancelT := context.WithTimeout(ctx, txnTimeout+sessionTimeout)
 	wctx, cancelW := context.WithCancelCause(ectx)
 	done := make(chan struct{})
 	var gaveUp atomic.Bool

@@ -68,12 +68,12 @@ func TestEndContextKeepsAnsweringCoordinator(t *testing.T) {
 	}()
 	ctx, cancel, silent := endContext(context.Background(), w, 500*time.Millisecond, 400*time.Millisecond)
 	defer cancel()
-	<-ctx.Done() // only the transaction timeout can end it
+	<-ctx.Done() // only the deadline (0.9s) can end it
 	if silent() {
 		t.Fatal("silent() = true although the coordinator kept answering")
 	}
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Fatalf("ctx.Err() = %v, want the transaction timeout's DeadlineExceeded", ctx.Err())
+		t.Fatalf("ctx.Err() = %v, want the deadline's DeadlineExceeded", ctx.Err())
 	}
 }
 

@@ -360,14 +360,10 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		want = kgo.TryAbort
 	}
 	start := time.Now()
-	// End must not hang on a dead transaction coordinator: past the
-	// deadline the outcome counts as unknown and the session is rebuilt.
-	// The deadline is the transaction timeout: a coordinator aborts a
-	// transaction open that long anyway, so waiting longer only delays the
-	// rebuild (chaos runs: End waited out 40s for a coordinator that had
-	// moved after ~9s).
-	// It is also given up once the group coordinator has been silent for a
-	// session timeout (see groupWatch).
+	// End must not hang on a dead coordinator: past the deadline of
+	// endContext (transaction timeout + session timeout, or at once when
+	// the group coordinator has been silent for a session timeout, see
+	// groupWatch) the outcome counts as unknown and the session is rebuilt.
 	endCtx, endCancel, silent := endContext(ctx, s.watch.Load(), s.cfg.TxnTimeout, s.cfg.SessionTimeout)
 	committed, endErr := sess.End(endCtx, want)
 	end := time.Now()
