@@ -37,6 +37,13 @@ type Config struct {
 	// of one session's messages, so a crash mid-transaction loses at most one
 	// step of seqs for any session.
 	MaxPollRecords int
+	// MergeWait: SEQUENCER_POLL_MERGE_WAIT, default 5ms, at most 1s; 0
+	// turns it off. When a poll hands over a fetch that was already
+	// buffered (it arrived while the previous transaction ran), the fetch
+	// that taking it sends is awaited this long and joined to the batch,
+	// so records that arrived during the previous transaction are not held
+	// back for one more (see Sequencer.poll).
+	MergeWait time.Duration
 	// MaxUplinkBytes: SEQUENCER_MAX_UPLINK_BYTES, default 65536; larger uplinks
 	// are dead-lettered.
 	MaxUplinkBytes int
@@ -79,6 +86,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		DedupWindow:       e.Duration("SEQUENCER_DEDUP_WINDOW", 24*time.Hour, time.Second, 30*24*time.Hour),
 		DedupMaxEntries:   e.Int("SEQUENCER_DEDUP_MAX_ENTRIES", 2_000_000, 1000, 1<<30),
 		MaxPollRecords:    e.Int("SEQUENCER_MAX_POLL_RECORDS", 1000, 1, 1_000_000),
+		MergeWait:         e.Duration("SEQUENCER_POLL_MERGE_WAIT", 5*time.Millisecond, 0, time.Second),
 		MaxUplinkBytes:    e.Int("SEQUENCER_MAX_UPLINK_BYTES", 64<<10, 256, 900<<10),
 		SessionTimeout:    e.Duration("SEQUENCER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		RebalanceTimeout:  e.Duration("SEQUENCER_REBALANCE_TIMEOUT", 30*time.Second, time.Second, 10*time.Minute),

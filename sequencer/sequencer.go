@@ -303,7 +303,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		sess.Close()
 	}()
 	for {
-		fetches := sess.PollRecords(ctx, s.cfg.MaxPollRecords)
+		fetches, polled := s.poll(ctx, sess)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -321,16 +321,97 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 			sess.AllowRebalance()
 			continue
 		}
-		if err := s.transact(ctx, sess, gen, fetches); err != nil {
+		fetches.EachRecord(func(r *kgo.Record) { s.m.uplinkWait.Observe(max(0, polled.Sub(r.Timestamp).Seconds())) })
+		if err := s.transact(ctx, sess, gen, fetches, polled); err != nil {
 			return err
 		}
 		sess.AllowRebalance()
 	}
 }
 
-// transact runs one batch as one transaction. It returns an error only when
-// the session must be rebuilt.
-func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession, gen *msgid.Generator, fetches kgo.Fetches) error {
+// poll returns the next batch and when it was complete. franz-go keeps one
+// fetch per broker buffered and sends the next one only when that one is
+// taken, so a fetch buffered while the previous transaction ran was
+// answered when its first records arrived: it holds the start of that
+// transaction's time, and whatever came after waits at the broker for a
+// whole transaction more. When PollRecords hands over such a buffered
+// fetch without waiting, the fetch that taking it started is waited for
+// up to MergeWait and joined to the batch: the records that arrived during
+// the previous transaction go into this one.
+func (s *Sequencer) poll(ctx context.Context, sess *kgo.GroupTransactSession) (kgo.Fetches, time.Time) {
+	start := time.Now()
+	fetches := sess.PollRecords(ctx, s.cfg.MaxPollRecords)
+	polled := time.Now()
+	n := fetches.NumRecords()
+	if s.cfg.MergeWait <= 0 || ctx.Err() != nil || n == 0 || n >= s.cfg.MaxPollRecords || polled.Sub(start) > bufferedPoll {
+		return fetches, polled
+	}
+	mctx, cancel := context.WithTimeout(ctx, s.cfg.MergeWait)
+	more := sess.PollRecords(mctx, s.cfg.MaxPollRecords-n)
+	cancel()
+	if more.NumRecords() == 0 {
+		s.m.merges.WithLabelValues("none").Inc()
+		return fetches, polled
+	}
+	s.m.merges.WithLabelValues("merged").Inc()
+	return mergeFetches(fetches, more), time.Now()
+}
+
+// bufferedPoll is how fast a PollRecords that found a fetch already
+// buffered returns, at most.
+const bufferedPoll = time.Millisecond
+
+// mergeFetches joins b after a into one fetch in which each topic
+// partition appears once, its records in offset order (b's records of a
+// partition follow a's), so a partition is one partBatch however many
+// fetches brought it. Context errors of b (its wait ran out) are dropped.
+func mergeFetches(a, b kgo.Fetches) kgo.Fetches {
+	type tp struct {
+		t string
+		p int32
+	}
+	var order []tp
+	parts := map[tp]*kgo.FetchPartition{}
+	add := func(fs kgo.Fetches, late bool) {
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if late && len(fp.Records) == 0 && (errors.Is(fp.Err, context.DeadlineExceeded) || errors.Is(fp.Err, context.Canceled)) {
+				return
+			}
+			k := tp{fp.Topic, fp.Partition}
+			have := parts[k]
+			if have == nil {
+				c := fp.FetchPartition
+				c.Records = append([]*kgo.Record(nil), fp.Records...)
+				parts[k] = &c
+				order = append(order, k)
+				return
+			}
+			have.Records = append(have.Records, fp.Records...)
+			have.HighWatermark, have.LastStableOffset, have.LogStartOffset = fp.HighWatermark, fp.LastStableOffset, fp.LogStartOffset
+			if fp.Err != nil {
+				have.Err = fp.Err
+			}
+		})
+	}
+	add(a, false)
+	add(b, true)
+	var f kgo.Fetch
+	topic := map[string]int{}
+	for _, k := range order {
+		i, ok := topic[k.t]
+		if !ok {
+			i = len(f.Topics)
+			topic[k.t] = i
+			f.Topics = append(f.Topics, kgo.FetchTopic{Topic: k.t})
+		}
+		f.Topics[i].Partitions = append(f.Topics[i].Partitions, *parts[k])
+	}
+	return kgo.Fetches{f}
+}
+
+// transact runs one batch, polled at polled, as one transaction. It
+// returns an error only when the session must be rebuilt.
+func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession, gen *msgid.Generator, fetches kgo.Fetches, polled time.Time) error {
 	// One span per transaction, linked to the uplinks' traces: a span per
 	// record would cost more than the sequencing. The records' traceparent
 	// headers are copied unchanged onto their events.
@@ -344,6 +425,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	if err == nil {
 		err = b.assign(ctx, s, gen)
 	}
+	built := time.Now()
 	var produceErr error
 	if err == nil {
 		produceErr = b.produce(ctx, sess)
@@ -386,6 +468,10 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		return fmt.Errorf("end transaction: %w", endErr)
 	case committed:
 		b.commit(s)
+		s.m.stageSeconds.WithLabelValues("prepare").Observe(built.Sub(polled).Seconds())
+		s.m.stageSeconds.WithLabelValues("produce").Observe(start.Sub(built).Seconds())
+		s.m.stageSeconds.WithLabelValues("commit").Observe(end.Sub(start).Seconds())
+		s.m.stageSeconds.WithLabelValues("total").Observe(end.Sub(polled).Seconds())
 		return nil
 	default:
 		b.rewind()
