@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seqflow/seqflow/internal/config"
 )
 
 // fetchOf builds a fetch of topic t: for each partition, records with
@@ -85,5 +90,36 @@ func TestMergeFetchesDoesNotAliasA(t *testing.T) {
 	_ = mergeFetches(a, b)
 	if got := a[0].Topics[0].Partitions[0].Records; len(got) != 2 || got[:cap(got)][2] != nil {
 		t.Fatalf("a's records changed: %v", layout(a))
+	}
+}
+
+func TestConfigPollMergeWait(t *testing.T) {
+	base := map[string]string{"SEQFLOW_KAFKA_BROKERS": "127.0.0.1:1", "SEQFLOW_PG_URL": "postgres://x"}
+	for _, tc := range []struct {
+		value string
+		want  time.Duration
+		bad   bool
+	}{
+		{"", 5 * time.Millisecond, false},
+		{"0", 0, false},
+		{"20ms", 20 * time.Millisecond, false},
+		{"2s", 0, true},
+		{"soon", 0, true},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			env := maps.Clone(base)
+			if tc.value != "" {
+				env["SEQUENCER_POLL_MERGE_WAIT"] = tc.value
+			}
+			cfg, err := LoadConfig(config.FromMap(env))
+			switch {
+			case tc.bad && (err == nil || !strings.Contains(err.Error(), "SEQUENCER_POLL_MERGE_WAIT")):
+				t.Fatalf("want an error naming SEQUENCER_POLL_MERGE_WAIT, got %v", err)
+			case !tc.bad && err != nil:
+				t.Fatal(err)
+			case !tc.bad && cfg.MergeWait != tc.want:
+				t.Fatalf("MergeWait %v, want %v", cfg.MergeWait, tc.want)
+			}
+		})
 	}
 }
