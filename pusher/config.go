@@ -61,6 +61,18 @@ type Config struct {
 	// PresenceChunk: PUSHER_PRESENCE_CHUNK, users per presence pipeline,
 	// default 1000; chunks run 4 at a time.
 	PresenceChunk int
+	// PresenceCache: PUSHER_PRESENCE_CACHE, keep presence lookups in memory
+	// (offline users too) and drop a user's entry when a gateway announces
+	// a change of theirs on presence.ChangesChannel, default true. false:
+	// every poll reads every recipient from Redis.
+	PresenceCache bool
+	// PresenceCacheMaxAge: PUSHER_PRESENCE_CACHE_MAX_AGE, the longest an
+	// entry is used without an announcement (a safety net for gateways
+	// that do not announce), default 10s.
+	PresenceCacheMaxAge time.Duration
+	// PresenceCacheUsers: PUSHER_PRESENCE_CACHE_USERS, the most users the
+	// cache holds before it starts over empty, default 1000000.
+	PresenceCacheUsers int
 	// Offline: PUSHER_OFFLINE_NOTIFY, publish OfflineNotifications to
 	// im.offline.v1 for members with no online device, default true.
 	Offline bool
@@ -86,28 +98,31 @@ type Config struct {
 func LoadConfig(e *config.Env) (Config, error) {
 	host, _ := os.Hostname()
 	c := Config{
-		Brokers:           e.List("SEQFLOW_KAFKA_BROKERS", nil),
-		RedisAddrs:        e.List("SEQFLOW_REDIS_ADDR", nil),
-		Topics:            eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
-		Group:             e.String("PUSHER_GROUP", "seqflow-pusher"),
-		InstanceID:        e.String("PUSHER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
-		AdminAddr:         e.String("PUSHER_ADMIN_ADDR", "127.0.0.1:9104"),
-		OTLPEndpoint:      e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
-		Transport:         e.String("PUSHER_TRANSPORT", "auto"),
-		ResetOffset:       e.String("PUSHER_RESET_OFFSET", "end"),
-		SendTimeout:       e.Duration("PUSHER_SEND_TIMEOUT", 500*time.Millisecond, time.Millisecond, time.Minute),
-		QueueDepth:        e.Int("PUSHER_GATEWAY_QUEUE", 64, 1, 1<<16),
-		LaneIdle:          e.Duration("PUSHER_GATEWAY_IDLE", 2*time.Minute, time.Second, 24*time.Hour),
-		MaxPollRecords:    e.Int("PUSHER_MAX_POLL_RECORDS", 5000, 1, 1_000_000),
-		MaxInflightPolls:  e.Int("PUSHER_MAX_INFLIGHT_POLLS", 16, 1, 1024),
-		PresenceTimeout:   e.Duration("PUSHER_PRESENCE_TIMEOUT", time.Second, time.Millisecond, time.Minute),
-		PresenceChunk:     e.Int("PUSHER_PRESENCE_CHUNK", 1000, 1, 100_000),
-		Offline:           e.Bool("PUSHER_OFFLINE_NOTIFY", true),
-		OfflineMaxMembers: e.Int("PUSHER_OFFLINE_MAX_MEMBERS", 0, 0, 1<<30),
-		CommitInterval:    e.Duration("PUSHER_COMMIT_INTERVAL", time.Second, 10*time.Millisecond, time.Minute),
-		ShutdownTimeout:   e.Duration("PUSHER_SHUTDOWN_TIMEOUT", 5*time.Second, 0, 5*time.Minute),
-		SessionTimeout:    e.Duration("PUSHER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
-		RebalanceTimeout:  e.Duration("PUSHER_REBALANCE_TIMEOUT", 30*time.Second, time.Second, 30*time.Minute),
+		Brokers:             e.List("SEQFLOW_KAFKA_BROKERS", nil),
+		RedisAddrs:          e.List("SEQFLOW_REDIS_ADDR", nil),
+		Topics:              eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
+		Group:               e.String("PUSHER_GROUP", "seqflow-pusher"),
+		InstanceID:          e.String("PUSHER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+		AdminAddr:           e.String("PUSHER_ADMIN_ADDR", "127.0.0.1:9104"),
+		OTLPEndpoint:        e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
+		Transport:           e.String("PUSHER_TRANSPORT", "auto"),
+		ResetOffset:         e.String("PUSHER_RESET_OFFSET", "end"),
+		SendTimeout:         e.Duration("PUSHER_SEND_TIMEOUT", 500*time.Millisecond, time.Millisecond, time.Minute),
+		QueueDepth:          e.Int("PUSHER_GATEWAY_QUEUE", 64, 1, 1<<16),
+		LaneIdle:            e.Duration("PUSHER_GATEWAY_IDLE", 2*time.Minute, time.Second, 24*time.Hour),
+		MaxPollRecords:      e.Int("PUSHER_MAX_POLL_RECORDS", 5000, 1, 1_000_000),
+		MaxInflightPolls:    e.Int("PUSHER_MAX_INFLIGHT_POLLS", 16, 1, 1024),
+		PresenceTimeout:     e.Duration("PUSHER_PRESENCE_TIMEOUT", time.Second, time.Millisecond, time.Minute),
+		PresenceChunk:       e.Int("PUSHER_PRESENCE_CHUNK", 1000, 1, 100_000),
+		PresenceCache:       e.Bool("PUSHER_PRESENCE_CACHE", true),
+		PresenceCacheMaxAge: e.Duration("PUSHER_PRESENCE_CACHE_MAX_AGE", 10*time.Second, time.Millisecond, time.Hour),
+		PresenceCacheUsers:  e.Int("PUSHER_PRESENCE_CACHE_USERS", 1_000_000, 1, 1<<30),
+		Offline:             e.Bool("PUSHER_OFFLINE_NOTIFY", true),
+		OfflineMaxMembers:   e.Int("PUSHER_OFFLINE_MAX_MEMBERS", 0, 0, 1<<30),
+		CommitInterval:      e.Duration("PUSHER_COMMIT_INTERVAL", time.Second, 10*time.Millisecond, time.Minute),
+		ShutdownTimeout:     e.Duration("PUSHER_SHUTDOWN_TIMEOUT", 5*time.Second, 0, 5*time.Minute),
+		SessionTimeout:      e.Duration("PUSHER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
+		RebalanceTimeout:    e.Duration("PUSHER_REBALANCE_TIMEOUT", 30*time.Second, time.Second, 30*time.Minute),
 	}
 	if len(c.Brokers) == 0 {
 		e.Required("SEQFLOW_KAFKA_BROKERS")

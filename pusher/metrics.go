@@ -1,6 +1,10 @@
 package main
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seqflow/seqflow/internal/presence"
+)
 
 // metrics are the pusher's Prometheus series.
 type metrics struct {
@@ -97,4 +101,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.batches, m.droppedBatches, m.droppedItems, m.offline, m.unknownSession, m.replays, m.replaySeconds,
 		m.replayRecords, m.presenceSecs, m.pollRecords, m.inflight, m.lanes, m.lag, m.commits)
 	return m
+}
+
+// watchCache exports the presence cache's hit and miss counts.
+func (m *metrics) watchCache(reg prometheus.Registerer, c *presence.Cache) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "seqflow_pusher_presence_cache_hits_total", Help: "Recipients whose presence came from the pusher's cache.",
+		}, func() float64 { return float64(c.Hits()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "seqflow_pusher_presence_cache_misses_total", Help: "Recipients whose presence was read from Redis.",
+		}, func() float64 { return float64(c.Misses()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "seqflow_pusher_presence_changes_heard_total", Help: "Users whose presence change a gateway announced and the cache heard (their entries dropped).",
+		}, func() float64 { return float64(c.Heard()) }),
+	)
 }

@@ -46,9 +46,12 @@ type Pusher struct {
 	kgoOpts []kgo.Opt
 
 	cl       *kgo.Client
-	presence *presence.Store
+	presence presenceReader
 	lanes    *lanes
 	commit   *committer
+	// offlineQ carries each poll's offline notifications to offlineLoop,
+	// so the poll loop never waits for the producer's buffer.
+	offlineQ chan offlineJob
 
 	mu          sync.Mutex
 	parts       map[int32]*membership.Partition // sequenced partitions with rebuilt membership
@@ -56,6 +59,17 @@ type Pusher struct {
 	ready       atomic.Bool
 	tracer      trace.Tracer
 }
+
+// presenceReader is presence.Store or presence.Cache: Lookup returns the
+// live connections of users (absent: none), blocking for at most ctx.
+type presenceReader interface {
+	Lookup(ctx context.Context, users []string) (map[string][]presence.Conn, error)
+}
+
+var (
+	_ presenceReader = (*presence.Store)(nil)
+	_ presenceReader = (*presence.Cache)(nil)
+)
 
 // New builds a pusher; it connects to nothing until Run.
 func New(cfg Config, log *slog.Logger) *Pusher {
@@ -93,7 +107,14 @@ func (p *Pusher) Run(ctx context.Context) error {
 	defer telemetry.Flush(shutdown, p.log)
 	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: p.cfg.RedisAddrs})
 	defer rdb.Close()
-	p.presence = presence.New(rdb, time.Minute)
+	store := presence.New(rdb, time.Minute)
+	p.presence = store
+	var cache *presence.Cache
+	if p.cfg.PresenceCache {
+		cache = presence.NewCache(store, presence.CacheOptions{MaxAge: p.cfg.PresenceCacheMaxAge, MaxUsers: p.cfg.PresenceCacheUsers})
+		p.presence = cache
+		p.m.watchCache(p.reg, cache)
+	}
 	sender, err := p.newSender(rdb)
 	if err != nil {
 		return err
@@ -105,6 +126,10 @@ func (p *Pusher) Run(ctx context.Context) error {
 	defer stopOut()
 	p.lanes = newLanes(outCtx, sender, p.cfg, p.m, p.log)
 	defer p.lanes.wait()
+	p.offlineQ = make(chan offlineJob, p.cfg.MaxInflightPolls)
+	var offlineDone sync.WaitGroup
+	offlineDone.Go(func() { p.offlineLoop(outCtx) })
+	defer offlineDone.Wait()
 	defer stopOut()
 
 	opts := append(eventlog.ClientOpts(p.cfg.Brokers, "seqflow-pusher-"+p.cfg.InstanceID), eventlog.ProducerOpts()...)
@@ -141,6 +166,9 @@ func (p *Pusher) Run(ctx context.Context) error {
 		return (&admin.Server{Addr: p.cfg.AdminAddr, Reg: p.reg, Ready: p.readyz(rdb)}).Run(gctx)
 	})
 	g.Go(func() error { return p.commit.Run(gctx) })
+	if cache != nil {
+		g.Go(func() error { return cache.Run(gctx) })
+	}
 	g.Go(func() error {
 		err := p.poll(gctx, outCtx)
 		// A poll that returns on a canceled context still holds off
@@ -336,10 +364,43 @@ func (p *Pusher) handle(ctx, outCtx context.Context, fetches kgo.Fetches) *ticke
 		t.hold()
 		p.lanes.dispatch(job{b: b, t: t})
 	}
-	for _, n := range pl.offline {
-		p.produceOffline(outCtx, t, n)
+	if len(pl.offline) > 0 {
+		t.hold()
+		select {
+		case p.offlineQ <- offlineJob{t: t, notes: pl.offline}:
+		case <-outCtx.Done():
+			p.m.offline.WithLabelValues("failed").Add(float64(len(pl.offline)))
+			t.release()
+		}
 	}
 	return t
+}
+
+// offlineJob is one poll's offline notifications; t is held until they
+// are all handed to the producer (each then holds t until acknowledged).
+type offlineJob struct {
+	t     *ticket
+	notes []offlineNote
+}
+
+// offlineLoop produces the offline notifications of each poll, in poll
+// order, until ctx ends. A produce blocks while the client's buffer is
+// full (a 10,000-member group's message is 9,000 records); that wait is
+// here, not in the poll loop, and polls stay bounded by
+// MaxInflightPolls because their tickets finish only when Kafka has
+// acknowledged every notification.
+func (p *Pusher) offlineLoop(ctx context.Context) {
+	for {
+		select {
+		case j := <-p.offlineQ:
+			for _, n := range j.notes {
+				p.produceOffline(ctx, j.t, n)
+			}
+			j.t.release()
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // route decodes each sequenced record and resolves its recipients from the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -181,4 +182,69 @@ func testGatewayKilled(t *testing.T, kind string) {
 		t.Fatal("no drops counted for the dead gateway")
 	}
 	e.awaitCommitted()
+}
+
+// TestPushPresenceCacheFollowsConnects: the pusher's presence cache keeps
+// offline members too, and a device that connects (or closes) is routed
+// by the next event after the gateway's announcement was heard: no push
+// missed for a cached "offline", none sent to a closed connection.
+func TestPushPresenceCacheFollowsConnects(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gw := e.gateway("gw-a")
+	r := e.startPusher(e.config())
+	cache, ok := r.p.presence.(*presence.Cache)
+	if !ok {
+		t.Fatalf("presence is %T, want the cache (PUSHER_PRESENCE_CACHE defaults to true)", r.p.presence)
+	}
+	eventually(t, "cache subscribed", cache.Subscribed)
+	s := e.session("cache")
+	alice, bob := e.user("alice"), e.user("bob")
+	ca := gw.connect(alice, "phone")
+	e.emit(createEv(s, alice, bob))
+	e.emit(msgEv(s, alice, "bob is offline"))
+	awaitSeqs(t, gw, ca, s, 1, 2)
+
+	var cb presence.Conn
+	steps := []struct {
+		name      string
+		change    func()
+		seq       int64
+		bobSeqs   []int64 // what bob's connection has after the event
+		bobOnline bool
+	}{
+		{"connect after being cached offline", func() { cb = gw.connect(bob, "laptop") }, 3, []int64{3}, true},
+		{"close", func() {
+			if err := e.pres.Remove(context.Background(), cb); err != nil {
+				t.Fatal(err)
+			}
+		}, 4, []int64{3}, false},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			heard := cache.Heard()
+			st.change()
+			eventually(t, "announcement heard", func() bool { return cache.Heard() > heard })
+			e.emit(msgEv(s, alice, st.name))
+			want := []int64{}
+			for q := int64(1); q <= st.seq; q++ {
+				want = append(want, q)
+			}
+			awaitSeqs(t, gw, ca, s, want...)
+			awaitSeqs(t, gw, cb, s, st.bobSeqs...)
+		})
+	}
+	// Offline notifications for bob: seq 2 (cached offline) and 4 (closed),
+	// not 3.
+	var seqs []int64
+	for _, n := range e.offline(s, 2) {
+		seqs = append(seqs, n.Seq)
+	}
+	slices.Sort(seqs)
+	if !slices.Equal(seqs, []int64{2, 4}) {
+		t.Fatalf("offline notifications for seqs %v, want [2 4]", seqs)
+	}
+	if cache.Hits() == 0 {
+		t.Fatal("no lookup was answered from the cache")
+	}
 }

@@ -65,11 +65,15 @@ func buildPlan(events []routed, dups []*imv1.DuplicateAck, online map[string][]p
 			notify = false
 			skippedLarge++
 		}
+		var prev string // once per event, not per offline member
+		if notify {
+			prev = preview(msg)
+		}
 		for _, u := range r.recipients {
 			cs := online[u]
 			if len(cs) == 0 {
 				if notify && u != r.ev.SenderUserId {
-					pl.offline = append(pl.offline, offlineNote{n: offlineNotification(u, r.ev, msg), traceparent: r.traceparent})
+					pl.offline = append(pl.offline, offlineNote{n: offlineNotification(u, r.ev, prev), traceparent: r.traceparent})
 				}
 				continue
 			}
@@ -152,10 +156,10 @@ func users(events []routed, dups []*imv1.DuplicateAck) []string {
 // maxPreviewBytes bounds OfflineNotification.preview.
 const maxPreviewBytes = 120
 
-func offlineNotification(recipient string, ev *imv1.SequencedEvent, m *imv1.MessageContent) *imv1.OfflineNotification {
+func offlineNotification(recipient string, ev *imv1.SequencedEvent, preview string) *imv1.OfflineNotification {
 	return &imv1.OfflineNotification{
 		RecipientUserId: recipient, SessionId: ev.SessionId, Seq: ev.Seq, MsgId: ev.MsgId,
-		SenderUserId: ev.SenderUserId, Preview: preview(m), ServerTsMs: ev.ServerTsMs,
+		SenderUserId: ev.SenderUserId, Preview: preview, ServerTsMs: ev.ServerTsMs,
 	}
 }
 

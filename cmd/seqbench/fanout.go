@@ -209,7 +209,7 @@ latency = send → each online member's SDK handing the message over.
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// quantiles sorts v and returns its quantile function (v must not be empty).
+// quantiles sorts v and returns its quantile function (0 when v is empty).
 func quantiles(v []float64) func(q float64) float64 {
 	slices.Sort(v)
 	return func(q float64) float64 {
