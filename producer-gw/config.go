@@ -73,6 +73,11 @@ type Config struct {
 	// ProduceTimeout: GATEWAY_PRODUCE_TIMEOUT, the bound on Kafka accepting
 	// an uplink before the client gets a retryable "unavailable", default 5s.
 	ProduceTimeout time.Duration
+	// ProduceLinger: GATEWAY_PRODUCE_LINGER, how long the uplink producer
+	// waits for more records before it sends a partition's batch, default
+	// 0 (at most 1s): records go out at once, batched only behind requests
+	// already in flight.
+	ProduceLinger time.Duration
 	// MaxInFlight: GATEWAY_MAX_IN_FLIGHT, sends per connection awaiting
 	// their ACK, default 64; one more gets "too_many_in_flight".
 	MaxInFlight int
@@ -138,6 +143,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		AckWait:                e.Duration("GATEWAY_ACK_WAIT", 2*time.Second, 0, 30*time.Second),
 		NoticeTTL:              e.Duration("GATEWAY_NOTICE_TTL", 2*time.Minute, time.Second, time.Hour),
 		ProduceTimeout:         e.Duration("GATEWAY_PRODUCE_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
+		ProduceLinger:          e.Duration("GATEWAY_PRODUCE_LINGER", 0, 0, time.Second),
 		MaxInFlight:            e.Int("GATEWAY_MAX_IN_FLIGHT", 64, 1, 10_000),
 		RatePerUser:            e.Int("GATEWAY_RATE_PER_USER", 50, 1, 1_000_000),
 		RateBurst:              e.Int("GATEWAY_RATE_BURST", 100, 1, 1_000_000),

@@ -192,7 +192,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 func (g *Gateway) connect(ctx context.Context) error {
 	if g.kc == nil {
 		opts := append(eventlog.ClientOpts(g.cfg.Brokers, "seqflow-gw-"+g.cfg.GatewayID), eventlog.ProducerOpts()...)
-		opts = append(opts, kgo.RecordDeliveryTimeout(g.cfg.ProduceTimeout), kgo.ProducerLinger(0), telemetry.KafkaMetrics(g.reg))
+		opts = append(opts, kgo.RecordDeliveryTimeout(g.cfg.ProduceTimeout), kgo.ProducerLinger(g.cfg.ProduceLinger), telemetry.KafkaMetrics(g.reg))
 		kc, err := kgo.NewClient(opts...)
 		if err != nil {
 			return fmt.Errorf("kafka client: %w", err)

@@ -12,6 +12,7 @@ type metrics struct {
 	acks         *prometheus.CounterVec   // by status: ok, duplicate, accepted
 	ackSeconds   *prometheus.HistogramVec // by status: frame received to ACK queued
 	produceSecs  prometheus.Histogram
+	ackStages    *prometheus.HistogramVec // by stage: produce, seq_wait, from_sequencer
 	notices      prometheus.Counter
 	pushItems    *prometheus.CounterVec // by outcome
 	pushLag      prometheus.Histogram
@@ -48,6 +49,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		produceSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "seqflow_gateway_produce_seconds", Help: "From producing an uplink to Kafka's acknowledgement (acks=all).", Buckets: lat,
 		}),
+		ackStages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "seqflow_gateway_ack_stage_seconds",
+			Help:    "Stages of an ACK with its seq: produce (command frame's arrival to the uplink acknowledged by Kafka), seq_wait (acknowledged to the seq's arrival from the push transport), from_sequencer (the event's server_ts_ms, set by the sequencer before its transaction commits, to the seq's arrival).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 1.5, 24),
+		}, []string{"stage"}),
 		notices: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_seq_notices_total", Help: "Seqs delivered as seq_notice after an accepted ACK.",
 		}),
@@ -70,7 +76,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_gateway_bad_push_batches_total", Help: "Push frames that failed to decode.",
 		}),
 	}
-	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs,
+	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
 		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches)
 	return m
 }

@@ -267,10 +267,17 @@ func (g *Gateway) await(pend *pending, produced <-chan error, f *wire.ClientFram
 		a.Status, a.Seq, a.MsgID, a.ServerTs, a.Duplicate = wire.StatusOK, r.seq, strconv.FormatInt(r.msgID, 10), r.serverTs, r.duplicate
 		return a
 	}
+	producedAt := g.now()
 	t := time.NewTimer(time.Until(pend.started.Add(g.cfg.AckWait)))
 	defer t.Stop()
 	select {
 	case r := <-pend.ch:
+		if !r.duplicate {
+			now := g.now()
+			g.m.ackStages.WithLabelValues("produce").Observe(producedAt.Sub(pend.started).Seconds())
+			g.m.ackStages.WithLabelValues("seq_wait").Observe(now.Sub(producedAt).Seconds())
+			g.m.ackStages.WithLabelValues("from_sequencer").Observe(max(0, now.Sub(time.UnixMilli(r.serverTs)).Seconds()))
+		}
 		return g.countAck(fill(ack, r), pend.started), nil
 	case <-t.C:
 	}
