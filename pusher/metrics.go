@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	events         *prometheus.CounterVec // by kind: message, session_create, membership, edit, recall, duplicate, undecodable
 	pushLatency    prometheus.Histogram   // event server time → batch handed to the transport
+	readLatency    prometheus.Histogram   // event server time → its poll returned
 	sendSeconds    prometheus.Histogram   // one Send call
 	fanoutConns    prometheus.Histogram   // online connections per event
 	fanoutGateways prometheus.Histogram   // gateways per event
@@ -39,6 +40,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"kind"}),
 		pushLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "seqflow_pusher_push_latency_seconds", Help: "From the event's server_ts_ms to its batch being handed to the transport (the gateway measures the rest, to the socket).",
+			Buckets: latency,
+		}),
+		readLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "seqflow_pusher_read_latency_seconds", Help: "From the event's server_ts_ms to the poll that returned it (the sequencer's transaction commit and the fetch); push_latency minus this is the pusher's own time.",
 			Buckets: latency,
 		}),
 		sendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -97,7 +102,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_pusher_commits_total", Help: "Offset commits, by result.",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.events, m.pushLatency, m.sendSeconds, m.fanoutConns, m.fanoutGateways, m.fanoutMembers,
+	reg.MustRegister(m.events, m.pushLatency, m.readLatency, m.sendSeconds, m.fanoutConns, m.fanoutGateways, m.fanoutMembers,
 		m.batches, m.droppedBatches, m.droppedItems, m.offline, m.unknownSession, m.replays, m.replaySeconds,
 		m.replayRecords, m.presenceSecs, m.pollRecords, m.inflight, m.lanes, m.lag, m.commits)
 	return m
