@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +150,7 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 		return fmt.Errorf("only %d of %d clients saw the group's last setup event within 90 s", n, online+1)
 	}
 	setupSecs := time.Since(setupStart).Seconds()
-	b.saveMetrics(ctx, "fanout-setup", "pusher", "producer-gw")
+	before := b.saveMetrics(ctx, "fanout-setup", "pusher", "producer-gw")
 	msgs := b.cfg.FanoutMessages
 	for n := range msgs {
 		id := client.NewMessageID()
@@ -169,7 +171,7 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 		gotSeq = append(gotSeq, v)
 	}
 	mu.Unlock()
-	b.saveMetrics(ctx, "fanout", "pusher", "producer-gw")
+	end := b.saveMetrics(ctx, "fanout", "pusher", "producer-gw")
 	if len(got) == 0 {
 		return fmt.Errorf("no delivery of %d expected", want)
 	}
@@ -184,6 +186,19 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 	r.set("fanout_10k_seq_assigned_p50_ms", ps(0.5), src+", send → server_ts per message")
 	r.set("fanout_10k_after_seq_p50_ms", pa(0.5), src+", server_ts → SDK per delivery")
 	r.set("fanout_10k_after_seq_p99_ms", pa(0.99), src+", server_ts → SDK per delivery")
+	// Stage means of the messages, from the services' histograms (end
+	// minus after-setup): sum/count is exact where quantiles of 2× buckets
+	// are not.
+	for _, st := range []struct{ key, svc, series string }{
+		{"fanout_10k_pusher_read_mean_ms", "pusher", "seqflow_pusher_read_latency_seconds"},
+		{"fanout_10k_presence_lookup_mean_ms", "pusher", "seqflow_pusher_presence_lookup_seconds"},
+		{"fanout_10k_pusher_handoff_mean_ms", "pusher", "seqflow_pusher_push_latency_seconds"},
+		{"fanout_10k_gateway_batch_lag_mean_ms", "producer-gw", "seqflow_gateway_push_batch_lag_seconds"},
+	} {
+		if m, ok := histMean(before[st.svc], end[st.svc], st.series); ok {
+			r.set(st.key, 1000*m, src+", mean of "+st.series+" over the messages")
+		}
+	}
 	r.Details = append(r.Details, fmt.Sprintf(`### Fanout: one message to a %d-member group, %d online
 
 The four services as processes on a fresh prefix; the group is created
@@ -224,8 +239,10 @@ func quantiles(v []float64) func(q float64) float64 {
 // <logDir>/<phase>-<service>.metrics, for the per-stage histograms
 // (pusher presence lookup and hand-off, gateway batch lag; the fanout
 // phase saves them after the setup and at the end, so their difference
-// is the messages'); a failure only leaves the file out.
-func (b *Bench) saveMetrics(ctx context.Context, phase string, svcs ...string) {
+// is the messages'), and returns them by service; a failure only leaves
+// the service out.
+func (b *Bench) saveMetrics(ctx context.Context, phase string, svcs ...string) map[string]string {
+	out := map[string]string{}
 	for _, svc := range svcs {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.adminAddr(svc)+"/metrics", nil)
 		if err != nil {
@@ -238,7 +255,30 @@ func (b *Bench) saveMetrics(ctx context.Context, phase string, svcs ...string) {
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err == nil {
+			out[svc] = string(body)
 			_ = os.WriteFile(filepath.Join(b.logDir, phase+"-"+svc+".metrics"), body, 0o644)
 		}
 	}
+	return out
+}
+
+// histMean is the mean of histogram series between two scrapes of the
+// Prometheus text format: Δsum / Δcount; false when nothing was observed.
+func histMean(before, after, series string) (float64, bool) {
+	read := func(text, name string) float64 {
+		for line := range strings.Lines(text) {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err == nil {
+					return f
+				}
+			}
+		}
+		return 0
+	}
+	n := read(after, series+"_count") - read(before, series+"_count")
+	if n <= 0 || after == "" {
+		return 0, false
+	}
+	return (read(after, series+"_sum") - read(before, series+"_sum")) / n, true
 }
