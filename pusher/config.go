@@ -68,7 +68,8 @@ type Config struct {
 	PresenceCache bool
 	// PresenceCacheMaxAge: PUSHER_PRESENCE_CACHE_MAX_AGE, the longest an
 	// entry is used without an announcement (a safety net for gateways
-	// that do not announce), default 10s.
+	// that do not announce; each entry lasts between half of it and all of
+	// it, so a large group is read again over time), default 30s.
 	PresenceCacheMaxAge time.Duration
 	// PresenceCacheUsers: PUSHER_PRESENCE_CACHE_USERS, the most users the
 	// cache holds before it starts over empty, default 1000000.
@@ -115,7 +116,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		PresenceTimeout:     e.Duration("PUSHER_PRESENCE_TIMEOUT", time.Second, time.Millisecond, time.Minute),
 		PresenceChunk:       e.Int("PUSHER_PRESENCE_CHUNK", 1000, 1, 100_000),
 		PresenceCache:       e.Bool("PUSHER_PRESENCE_CACHE", true),
-		PresenceCacheMaxAge: e.Duration("PUSHER_PRESENCE_CACHE_MAX_AGE", 10*time.Second, time.Millisecond, time.Hour),
+		PresenceCacheMaxAge: e.Duration("PUSHER_PRESENCE_CACHE_MAX_AGE", 30*time.Second, time.Millisecond, time.Hour),
 		PresenceCacheUsers:  e.Int("PUSHER_PRESENCE_CACHE_USERS", 1_000_000, 1, 1<<30),
 		Offline:             e.Bool("PUSHER_OFFLINE_NOTIFY", true),
 		OfflineMaxMembers:   e.Int("PUSHER_OFFLINE_MAX_MEMBERS", 0, 0, 1<<30),

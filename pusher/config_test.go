@@ -25,7 +25,8 @@ func TestLoadConfig(t *testing.T) {
 		{"defaults", base(nil), nil, func(t *testing.T, c Config) {
 			if c.Group != "seqflow-pusher" || c.AdminAddr != "127.0.0.1:9104" || c.Transport != "auto" ||
 				c.SendTimeout != 500*time.Millisecond || c.QueueDepth != 64 || !c.Offline || c.ResetOffset != "end" ||
-				len(c.Brokers) != 2 || c.Topics.Sequenced != "im.sequenced.v1" {
+				len(c.Brokers) != 2 || c.Topics.Sequenced != "im.sequenced.v1" ||
+				!c.PresenceCache || c.PresenceCacheMaxAge != 30*time.Second || c.PresenceCacheUsers != 1_000_000 {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},
@@ -37,8 +38,10 @@ func TestLoadConfig(t *testing.T) {
 		}},
 		{"missing brokers and redis", map[string]string{}, []string{"SEQFLOW_KAFKA_BROKERS is required", "SEQFLOW_REDIS_ADDR is required"}, nil},
 		{"bad values are all reported", base(map[string]string{"PUSHER_SEND_TIMEOUT": "soon", "PUSHER_GATEWAY_QUEUE": "0",
-			"PUSHER_TRANSPORT": "carrier-pigeon", "PUSHER_RESET_OFFSET": "middle"}),
-			[]string{"PUSHER_SEND_TIMEOUT", "PUSHER_GATEWAY_QUEUE", "PUSHER_TRANSPORT", "PUSHER_RESET_OFFSET"}, nil},
+			"PUSHER_TRANSPORT": "carrier-pigeon", "PUSHER_RESET_OFFSET": "middle", "PUSHER_PRESENCE_CACHE": "maybe",
+			"PUSHER_PRESENCE_CACHE_MAX_AGE": "0s", "PUSHER_PRESENCE_CACHE_USERS": "0"}),
+			[]string{"PUSHER_SEND_TIMEOUT", "PUSHER_GATEWAY_QUEUE", "PUSHER_TRANSPORT", "PUSHER_RESET_OFFSET",
+				"PUSHER_PRESENCE_CACHE", "PUSHER_PRESENCE_CACHE_MAX_AGE", "PUSHER_PRESENCE_CACHE_USERS"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

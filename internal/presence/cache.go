@@ -3,6 +3,7 @@ package presence
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"net"
 	"strings"
 	"sync"
@@ -15,8 +16,10 @@ import (
 // CacheOptions tune a Cache. Zero values take the defaults.
 type CacheOptions struct {
 	// MaxAge bounds how long an entry is used without a change being
-	// heard, default 10s: a safety net for writers that do not announce
-	// (an older gateway), not the way changes arrive.
+	// heard, default 10s (the pusher sets 30s): a safety net for writers that do not announce
+	// (an older gateway), not the way changes arrive. Each entry lasts
+	// between MaxAge/2 and MaxAge (by a hash of its user), so a large
+	// group read at once is read again over time, not in one poll.
 	MaxAge time.Duration
 	// MaxUsers bounds the entries; when full the cache starts over empty.
 	// Default 1,000,000.
@@ -54,7 +57,15 @@ type Cache struct {
 
 type cacheEntry struct {
 	conns []expiring
-	read  int64 // Unix ms
+	until int64 // Unix ms: read again from then on
+}
+
+// lifetime returns how long user's entry lasts, between MaxAge/2 and MaxAge.
+func (c *Cache) lifetime(user string) int64 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(user))
+	half := max(1, c.opts.MaxAge.Milliseconds()/2)
+	return half + int64(h.Sum32())%(half+1)
 }
 
 // NewCache returns a cache over s; it keeps entries only while Run runs.
@@ -96,7 +107,7 @@ func (c *Cache) Lookup(ctx context.Context, users []string) (map[string][]Conn, 
 	} else {
 		for _, u := range users {
 			e, ok := c.entries[u]
-			if !ok || nowMs-e.read > c.opts.MaxAge.Milliseconds() {
+			if !ok || nowMs >= e.until {
 				miss = append(miss, u)
 				continue
 			}
@@ -129,7 +140,7 @@ func (c *Cache) Lookup(ctx context.Context, users []string) (map[string][]Conn, 
 				if c.dirty[u] > start {
 					continue // announced after the read began: it may predate the change
 				}
-				c.entries[u] = cacheEntry{conns: got[i], read: nowMs}
+				c.entries[u] = cacheEntry{conns: got[i], until: nowMs + c.lifetime(u)}
 			}
 		}
 	}
