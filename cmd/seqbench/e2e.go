@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seqflow/seqflow/client/load"
+	"github.com/seqflow/seqflow/internal/eventlog"
 )
 
 // e2e runs the full pipeline as processes (gateway, sequencer, persister,
@@ -75,9 +76,13 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 	fixO.Rate = float64(b.cfg.FixedRate)
 	cpu0 := takeCPU(named)
 	snap0 := s.snapMetrics(ctx)
+	watch, werr := b.watchCommitted(eventlog.Names(s.prefix).Sequenced)
 	rep, err := runLoad(ctx, fixO)
 	snap1 := s.snapMetrics(ctx)
 	stageRs, counts := stageRows(snap0, snap1), counterRows(snap0, snap1)
+	if werr == nil {
+		stageRs = append(stageRs, watch.stop())
+	}
 	b.log.Info("e2e paced run stages", "table", stageTable(stageRs), "counters", counts)
 	cpuNotes = append(cpuNotes, fmt.Sprintf("CPU during the run paced at %d msg/s:\n\n", b.cfg.FixedRate)+cpuTable(cpu0, takeCPU(named), float64(rep.Acked)))
 	if err != nil {

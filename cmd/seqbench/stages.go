@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // stage is one hop of a message's path, timed by a histogram a service
@@ -39,6 +41,8 @@ var stages = []stage{
 		"seqflow_sequencer_batch_stage_seconds", `stage="commit"`},
 	{"seq_total", "both", "sequencer, per batch: poll returned → committed", "sequencer",
 		"seqflow_sequencer_batch_stage_seconds", `stage="total"`},
+	{"push_read", "both", "pusher: event server_ts → returned by the pusher's poll", "pusher",
+		"seqflow_pusher_read_latency_seconds", ""},
 	{"push_handoff", "both", "pusher: event server_ts → its batch handed to the transport", "pusher",
 		"seqflow_pusher_push_latency_seconds", ""},
 	{"gw_push_lag", "both", "gateway, per batch: pusher handed it over → gateway received it", "producer-gw",
@@ -54,13 +58,16 @@ var stages = []stage{
 // counters are series whose change over the paced run goes into the
 // stage table as it is (counts, and the _sum and _count of a histogram
 // whose mean matters, such as records per batch).
-var counters = []struct{ svc, series, what string }{
-	{"sequencer", `seqflow_sequencer_batch_records_count{}`, "sequencer: transactions"},
-	{"sequencer", `seqflow_sequencer_batch_records_sum{}`, "sequencer: records in them"},
-	{"sequencer", `seqflow_sequencer_poll_merges_total{result="merged"}`, "sequencer: polls joined by the next fetch"},
-	{"sequencer", `seqflow_sequencer_poll_merges_total{result="none"}`, "sequencer: polls whose next fetch did not come in time"},
-	{"pusher", `seqflow_pusher_poll_records_count{}`, "pusher: polls"},
-	{"pusher", `seqflow_pusher_poll_records_sum{}`, "pusher: records in them"},
+// A counter sums every series named name whose labels contain labels.
+var counters = []struct{ svc, name, labels, what string }{
+	{"sequencer", "seqflow_sequencer_batch_records_count", "", "sequencer: transactions"},
+	{"sequencer", "seqflow_sequencer_batch_records_sum", "", "sequencer: records in them"},
+	{"sequencer", "seqflow_sequencer_poll_merges_total", `result="merged"`, "sequencer: polls joined by the next fetch"},
+	{"sequencer", "seqflow_sequencer_poll_merges_total", `result="none"`, "sequencer: polls whose next fetch did not come in time"},
+	{"pusher", "seqflow_pusher_poll_records_count", "", "pusher: polls"},
+	{"pusher", "seqflow_pusher_poll_records_sum", "", "pusher: records in them"},
+	{"producer-gw", "seqflow_kafka_produce_batches_total", "", "gateway: record batches produced"},
+	{"producer-gw", "seqflow_kafka_produce_records_total", "", "gateway: records in them"},
 }
 
 // hist is one histogram series: cumulative counts per upper bound.
@@ -246,11 +253,19 @@ func stageRows(before, after metricsSnap) []stageRow {
 func counterRows(before, after metricsSnap) []string {
 	var out []string
 	for _, c := range counters {
-		h := after["plain:"+c.svc][c.series]
-		if h == nil {
-			continue
+		var n float64
+		found := false
+		for series, h := range after["plain:"+c.svc] {
+			name, labels, _ := strings.Cut(series, "{")
+			if name != c.name || !strings.Contains(labels, c.labels) {
+				continue
+			}
+			found = true
+			n += h.sub(before["plain:"+c.svc][series]).total()
 		}
-		out = append(out, fmt.Sprintf("%s: %.0f", c.what, h.sub(before["plain:"+c.svc][c.series]).total()))
+		if found {
+			out = append(out, fmt.Sprintf("%s: %.0f", c.what, n))
+		}
 	}
 	return out
 }
@@ -267,4 +282,53 @@ func stageTable(rows []stageRow) string {
 		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | `%s` (%s) |\n", r.what, r.path, r.n, num(r.p50), num(r.p99), num(r.p999), series, r.svc)
 	}
 	return b.String()
+}
+
+// committedWatch reads the sequenced topic read_committed, as the pusher
+// does, and times each event from its record timestamp (the sequencer's
+// server_ts, taken before its transaction commits) to the poll that
+// returned it: what the broker's transaction commit and a read_committed
+// fetch cost, without the pusher's own work.
+type committedWatch struct {
+	cl   *kgo.Client
+	done chan struct{}
+	lat  []float64 // ms
+}
+
+// watchCommitted starts reading topic from its end.
+func (b *Bench) watchCommitted(topic string) (*committedWatch, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	w := &committedWatch{cl: cl, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			fs := cl.PollFetches(context.Background())
+			if fs.IsClientClosed() {
+				return
+			}
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) { w.lat = append(w.lat, float64(now.Sub(r.Timestamp))/float64(time.Millisecond)) })
+		}
+	}()
+	return w, nil
+}
+
+// stop ends the watch and returns its row.
+func (w *committedWatch) stop() stageRow {
+	w.cl.Close()
+	<-w.done
+	sort.Float64s(w.lat)
+	q := func(f float64) float64 {
+		if len(w.lat) == 0 {
+			return math.NaN()
+		}
+		return w.lat[min(len(w.lat)-1, int(f*float64(len(w.lat))))]
+	}
+	return stageRow{stage: stage{key: "committed_visible", path: "both",
+		what: "broker: event's record timestamp (server_ts) → returned to a read_committed consumer of the bench (exact, ms timestamps)",
+		svc:  "seqbench", metric: "(im.sequenced.v1 read by the bench)"}, n: float64(len(w.lat)), p50: q(0.5), p99: q(0.99), p999: q(0.999)}
 }
