@@ -33,13 +33,13 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
 			if c.Addr != "127.0.0.1:8080" || c.AdminAddr != "127.0.0.1:9103" || c.AckWait != 2*time.Second || c.DevMode ||
-				c.MaxInFlight != 64 || c.ProduceLinger != 0 || c.Limits.MaxFrameBytes != 64<<10 || c.PresenceTTL != 30*time.Second || c.StoreSchema != "public" {
+				c.MaxInFlight != 64 || c.ProduceLinger != 2*time.Millisecond || c.Limits.MaxFrameBytes != 64<<10 || c.PresenceTTL != 30*time.Second || c.StoreSchema != "public" {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},
-		{name: "produce linger", set: map[string]string{"GATEWAY_PRODUCE_LINGER": "2ms"}, check: func(t *testing.T, c Config) {
-			if c.ProduceLinger != 2*time.Millisecond {
-				t.Fatalf("linger %v, want 2ms", c.ProduceLinger)
+		{name: "produce linger off", set: map[string]string{"GATEWAY_PRODUCE_LINGER": "0"}, check: func(t *testing.T, c Config) {
+			if c.ProduceLinger != 0 {
+				t.Fatalf("linger %v, want 0", c.ProduceLinger)
 			}
 		}},
 		{name: "produce linger too long", set: map[string]string{"GATEWAY_PRODUCE_LINGER": "2s"}, wantErr: "GATEWAY_PRODUCE_LINGER"},
