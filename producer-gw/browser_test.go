@@ -204,8 +204,11 @@ func (b *tab) send(text string) row {
 func (b *tab) open(session string) {
 	b.t.Helper()
 	sel := fmt.Sprintf(`#sessions li[data-session=%s]`, strconv.Quote(session))
-	wait[bool](b, "session "+session+" listed", fmt.Sprintf(`!!document.querySelector(%s)`, strconv.Quote(sel)))
-	b.do("open "+session, chromedp.Click(chromedp.CSS(sel)))
+	// The list is rendered again on every event, so a node found by one
+	// DevTools call can be gone by the next ("Could not find node with
+	// given id"): find and click it in one script.
+	wait[bool](b, "session "+session+" listed and opened", fmt.Sprintf(
+		`(() => { const el = document.querySelector(%s); if (!el) return false; el.click(); return true; })()`, strconv.Quote(sel)))
 }
 
 // sees waits until the open session shows want: same seq, msg_id, sender.
