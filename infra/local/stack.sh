@@ -796,8 +796,10 @@ start_kafka3_node() {
 
 down_all() {
   local pids=() n pid p left=()
-  # send SIGTERM to all kafka nodes at once; stop postgres and redis meanwhile
-  for n in single "${K3_NODES[@]}"; do
+  # send SIGTERM to every kafka broker at once (the kafka3 controllers only
+  # after them: a broker's controlled shutdown needs them); stop postgres and
+  # redis meanwhile
+  for n in single k3-1 k3-2 k3-3; do
     pid=$(kafka_node_pid "$n" || true)
     [[ -n $pid ]] && pids+=("$pid")
   done
@@ -805,6 +807,7 @@ down_all() {
   pg_down
   redis_down
   if ((${#pids[@]})); then stop_pids kafka "${pids[@]}"; fi
+  kafka_nodes_stop k3c-1 k3c-2 k3c-3
   for n in single "${K3_NODES[@]}"; do rm -f "$(kafka_node_dir "$n")/kafka.pid"; done
   for p in "$PG_PORT" "$REDIS_PORT" "$K1_PORT" "$K1_CTRL_PORT" "${K3_PORTS[@]}" "${K3_CTRL_PORTS[@]}"; do
     port_open "$p" && left+=("$p")
@@ -865,7 +868,11 @@ main() {
     status) status ;;
     env) print_env "$@" ;;
     up-kafka3) with_lock kafka3 up_kafka3 ;;
-    down-kafka3) kafka_nodes_stop "${K3_NODES[@]}"; log "kafka3 down" ;;
+    down-kafka3) # brokers first: their controlled shutdown needs the controllers
+      kafka_nodes_stop k3-1 k3-2 k3-3
+      kafka_nodes_stop k3c-1 k3c-2 k3c-3
+      log "kafka3 down"
+      ;;
     kill-kafka3-node) kill_kafka3_node "$@" ;;
     start-kafka3-node) with_lock kafka3 start_kafka3_node "$@" ;;
     restart-redis) with_lock single redis_restart "$@" ;;
