@@ -406,8 +406,13 @@ func (b *batch) commit(s *Sequencer) {
 }
 
 // rewind gives back the seqs of an aborted batch: its events were never
-// committed, so nobody saw them.
+// committed, so nobody saw them. b is nil when prepare failed (a
+// partition's state could not be built, e.g. PostgreSQL was down): nothing
+// was taken then.
 func (b *batch) rewind() {
+	if b == nil {
+		return
+	}
 	for _, pb := range b.parts {
 		if pb.began {
 			pb.st.book.Rewind()

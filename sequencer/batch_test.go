@@ -205,3 +205,26 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// A batch whose prepare failed is nil, and one whose partitions never took
+// seqs has no book to rewind: aborting either must not panic (chaos:short
+// found both sequencers dead of a nil dereference here after PostgreSQL
+// restarted while a partition's state was being built).
+func TestRewindOfAFailedBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    *batch
+	}{
+		{"prepare failed", nil},
+		{"state not built", &batch{parts: []*partBatch{{p: 3}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("rewind panicked: %v", r)
+				}
+			}()
+			tc.b.rewind()
+		})
+	}
+}
