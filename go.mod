@@ -165,5 +165,6 @@ require (
 
 tool (
 	github.com/go-task/task/v3/cmd/task
+	github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto
 	google.golang.org/protobuf/cmd/protoc-gen-go
 )

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates schemas/imv1 from schemas/proto with pinned generator versions:
-# protoc-gen-go comes from go.mod's tool directive, protoc from Debian's
+# protoc-gen-go and protoc-gen-go-vtproto (MarshalVT/UnmarshalVT/SizeVT, the
+# hot paths' fast codec, see schemas/README.md) come from go.mod's tool
+# directives, protoc from Debian's
 # protobuf-compiler (checked below, since its version lands in the output).
 # OUT overrides the output folder (the staleness test generates into a temp dir).
 set -euo pipefail
@@ -21,10 +23,14 @@ mkdir -p "$out"
 plugin=$(mktemp -d)
 trap 'rm -rf "$plugin"' EXIT
 (cd "$root" && go build -o "$plugin/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go)
+(cd "$root" && go build -o "$plugin/protoc-gen-go-vtproto" github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto)
 cd "$here/proto"
 protoc --plugin=protoc-gen-go="$plugin/protoc-gen-go" \
+  --plugin=protoc-gen-go-vtproto="$plugin/protoc-gen-go-vtproto" \
   --go_out="$out" --go_opt=paths=source_relative \
   --go_opt=Mseqflow/im/v1/content.proto=github.com/seqflow/seqflow/schemas/imv1 \
+  --go-vtproto_out="$out" --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size \
+  --go-vtproto_opt=Mseqflow/im/v1/content.proto=github.com/seqflow/seqflow/schemas/imv1 \
   seqflow/im/v1/*.proto
 # paths=source_relative keeps the proto folders; flatten into the package folder.
 mv "$out"/seqflow/im/v1/*.pb.go "$out"/

@@ -86,13 +86,14 @@ func BenchmarkSequencer_Throughput(b *testing.B) {
 		ceilRate := measure(b, adm, ceiling, n*(i+1), func(ctx context.Context) {
 			copyTopic(ctx, st.KafkaBrokers, topics.Uplink, ceiling, fmt.Sprintf("%sceil-%d", prefix, i))
 		})
+		var seq *Sequencer
 		seqRate := measure(b, adm, topics.Sequenced, n*(i+1), func(ctx context.Context) {
 			env := map[string]string{
 				"SEQFLOW_KAFKA_BROKERS": strings.Join(st.KafkaBrokers, ","), "SEQFLOW_PG_URL": st.PGURL,
 				"SEQFLOW_TOPIC_PREFIX": prefix, "SEQUENCER_GROUP": fmt.Sprintf("%sseq-%d", prefix, i),
 				"SEQUENCER_INSTANCE_ID": fmt.Sprintf("%sbench-%d", prefix, i), "SEQUENCER_ADMIN_ADDR": "",
 			}
-			for _, k := range []string{"SEQUENCER_STEP", "SEQUENCER_MAX_POLL_RECORDS"} { // to compare settings
+			for _, k := range []string{"SEQUENCER_STEP", "SEQUENCER_MAX_POLL_RECORDS", "SEQUENCER_POLL_MERGE_WAIT", "SEQUENCER_KAFKA_DEBUG"} { // to compare settings
 				if v := os.Getenv(k); v != "" {
 					env[k] = v
 				}
@@ -102,11 +103,43 @@ func BenchmarkSequencer_Throughput(b *testing.B) {
 				b.Error(err)
 				return
 			}
-			_ = New(cfg, slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))).Run(ctx)
+			seq = New(cfg, slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			_ = seq.Run(ctx)
 		})
+		reportStages(b, seq)
 		b.ReportMetric(seqRate, "sequencer_msgs/s")
 		b.ReportMetric(ceilRate, "kafka_ceiling_msgs/s")
 		b.ReportMetric(seqRate/ceilRate, "ratio")
+	}
+}
+
+// reportStages reports where a committed batch's time went, as means over
+// the run from the sequencer's own histograms: records per batch and the
+// milliseconds of each stage (prepare, produce, commit, total).
+func reportStages(b *testing.B, s *Sequencer) {
+	b.Helper()
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			if h == nil || h.GetSampleCount() == 0 {
+				continue
+			}
+			mean := h.GetSampleSum() / float64(h.GetSampleCount())
+			switch mf.GetName() {
+			case "seqflow_sequencer_batch_records":
+				b.ReportMetric(mean, "records/batch")
+			case "seqflow_sequencer_batch_stage_seconds":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "stage" {
+						b.ReportMetric(mean*1000, l.GetValue()+"_ms/batch")
+					}
+				}
+			}
+		}
 	}
 }
 

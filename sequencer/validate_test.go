@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -64,6 +65,7 @@ func FuzzDecodeUplink(f *testing.F) {
 		Command: &imv1.Uplink_Message{Message: &imv1.MessageContent{Type: "text"}}})
 	f.Add([]byte("s"), ok)
 	f.Add([]byte("s"), []byte{0x0a, 0x01})
+	f.Add([]byte("s"), []byte("\x0a\x01s\x12\x01c\x1a\x01u\x52\x06\x0a\x04\xff\xfe\xfd\xfc"))
 	f.Fuzz(func(t *testing.T, key, value []byte) {
 		u, bad := decodeUplink(key, value, 4096)
 		if (u == nil) == (bad == nil) {
@@ -72,7 +74,129 @@ func FuzzDecodeUplink(f *testing.F) {
 		if u != nil && (u.SessionId == "" || u.ClientMsgId == "" || string(key) != u.SessionId) {
 			t.Fatalf("accepted an incomplete uplink: %v", u)
 		}
+		// The fast decoder agrees with the reference one: it accepts
+		// nothing proto.Unmarshal refuses, decodes the same message, and
+		// calls nothing undecodable that proto.Unmarshal decodes, except a
+		// known field sent with the wrong wire type, which proto.Unmarshal
+		// keeps as an unknown field and UnmarshalVT refuses (stricter, and
+		// only a foreign writer produces it).
+		var ref imv1.Uplink
+		refErr := proto.Unmarshal(value, &ref)
+		switch {
+		case u != nil && refErr != nil:
+			t.Fatalf("accepted what proto.Unmarshal refuses (%v): %v", refErr, u)
+		case u != nil && !proto.Equal(u, &ref):
+			t.Fatalf("decoded %v, proto.Unmarshal decodes %v", u, &ref)
+		case bad != nil && bad.Code == imv1.ErrorCode_ERROR_CODE_UNDECODABLE && refErr == nil && !strings.Contains(bad.Reason, "wrong wireType"):
+			t.Fatalf("refused as undecodable (%s) what proto.Unmarshal decodes: %v", bad.Reason, &ref)
+		}
+		if u != nil {
+			// The event built from it encodes to what proto.Marshal's
+			// form decodes to.
+			var events eventBuilder
+			ev := events.sequenced(u, 7, 8, 9, 1, 2)
+			fast, err := appendEvent([]byte("prefix"), ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got imv1.SequencedEvent
+			if err := proto.Unmarshal(fast[len("prefix"):], &got); err != nil || !proto.Equal(&got, ev) {
+				t.Fatalf("appendEvent wrote %x, which decodes to %v (%v), want %v", fast, &got, err, ev)
+			}
+		}
 	})
+}
+
+// TestDecodeUplinkRefusesInvalidUTF8InEveryString puts invalid UTF-8 into
+// each string field reachable from an uplink, one at a time (found by
+// walking the descriptor, so a new field is covered without editing the
+// test), and expects the decoder to refuse it as proto.Unmarshal would.
+func TestDecodeUplinkRefusesInvalidUTF8InEveryString(t *testing.T) {
+	commands := imv1.File_seqflow_im_v1_uplink_proto.Messages().ByName("Uplink").Oneofs().ByName("command").Fields()
+	valid := func(cmd protoreflect.FieldDescriptor) *imv1.Uplink {
+		u := &imv1.Uplink{SessionId: "s1", ClientMsgId: "c1", SenderUserId: "u1", SenderDeviceId: "d1", GatewayId: "g1"}
+		switch cmd.Name() {
+		case "message":
+			u.Command = &imv1.Uplink_Message{Message: &imv1.MessageContent{Type: "text", Body: []byte("hi")}}
+		case "session_create":
+			u.Command = &imv1.Uplink_SessionCreate{SessionCreate: &imv1.SessionCreate{Title: "t", MemberUserIds: []string{"u1"}}}
+		case "membership":
+			u.Command = &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: []string{"u2"}}}
+		case "edit":
+			u.Command = &imv1.Uplink_Edit{Edit: &imv1.Edit{TargetSeq: 1, Content: &imv1.MessageContent{Type: "text"}}}
+		case "recall":
+			u.Command = &imv1.Uplink_Recall{Recall: &imv1.Recall{TargetSeq: 1}}
+		default:
+			t.Fatalf("command %s has no valid example here: add one", cmd.Name())
+		}
+		return u
+	}
+	// stringPaths lists the paths (field descriptors from the root) to every
+	// string field of m's type, not following the command oneof's other
+	// branches.
+	var stringPaths func(md protoreflect.MessageDescriptor, path []protoreflect.FieldDescriptor, cmd protoreflect.FieldDescriptor) [][]protoreflect.FieldDescriptor
+	stringPaths = func(md protoreflect.MessageDescriptor, path []protoreflect.FieldDescriptor, cmd protoreflect.FieldDescriptor) [][]protoreflect.FieldDescriptor {
+		var out [][]protoreflect.FieldDescriptor
+		fields := md.Fields()
+		for i := 0; i < fields.Len(); i++ {
+			fd := fields.Get(i)
+			if fd.ContainingOneof() != nil && fd.ContainingOneof().Name() == "command" && fd != cmd {
+				continue
+			}
+			p := append(append([]protoreflect.FieldDescriptor(nil), path...), fd)
+			switch fd.Kind() {
+			case protoreflect.StringKind:
+				out = append(out, p)
+			case protoreflect.MessageKind:
+				out = append(out, stringPaths(fd.Message(), p, cmd)...)
+			}
+		}
+		return out
+	}
+	tried := 0
+	for i := 0; i < commands.Len(); i++ {
+		cmd := commands.Get(i)
+		for _, path := range stringPaths(imv1.File_seqflow_im_v1_uplink_proto.Messages().ByName("Uplink"), nil, cmd) {
+			u := valid(cmd)
+			m := u.ProtoReflect()
+			for _, fd := range path[:len(path)-1] {
+				m = m.Mutable(fd).Message()
+			}
+			last := path[len(path)-1]
+			if last.IsList() {
+				m.Mutable(last).List().Append(protoreflect.ValueOfString("\xff"))
+			} else {
+				m.Set(last, protoreflect.ValueOfString("\xff"))
+			}
+			value, err := u.MarshalVT() // proto.Marshal would refuse it
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := cmd.Name()
+			for _, fd := range path {
+				name += "." + fd.Name()
+			}
+			if _, bad := decodeUplink([]byte(u.SessionId), value, 4096); bad == nil || bad.Code != imv1.ErrorCode_ERROR_CODE_UNDECODABLE {
+				t.Errorf("%s: invalid UTF-8 got %v, want %s", name, bad, imv1.ErrorCode_ERROR_CODE_UNDECODABLE)
+			}
+			tried++
+		}
+		if _, bad := decodeUplink([]byte("s1"), mustVT(t, valid(cmd)), 4096); bad != nil {
+			t.Errorf("%s: the valid example was refused: %v", cmd.Name(), bad)
+		}
+	}
+	if tried < 10 {
+		t.Fatalf("found only %d string fields: the walk is broken", tried)
+	}
+}
+
+func mustVT(t *testing.T, u *imv1.Uplink) []byte {
+	t.Helper()
+	b, err := u.MarshalVT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestConfigRefusesBatchesAboveTheStep(t *testing.T) {
