@@ -25,7 +25,8 @@ type Config struct {
 	Topics eventlog.Topics
 	// Group: SEQUENCER_GROUP, default "seqflow-sequencer".
 	Group string
-	// Step: SEQUENCER_STEP, seqs reserved per renewal, default 1000.
+	// Step: SEQUENCER_STEP, seqs reserved per renewal, default 5000 (see
+	// README "Gaps": the largest gap a crash leaves in a session).
 	Step int
 	// DedupWindow: SEQUENCER_DEDUP_WINDOW, default 24h.
 	DedupWindow time.Duration
@@ -33,7 +34,7 @@ type Config struct {
 	// 2,000,000 (about 200 MB at most); past it the oldest entries go first.
 	DedupMaxEntries int
 	// MaxPollRecords: SEQUENCER_MAX_POLL_RECORDS per transaction, default
-	// 1000, at most Step: a transaction then never carries more than a step
+	// 5000, at most Step: a transaction then never carries more than a step
 	// of one session's messages, so a crash mid-transaction loses at most one
 	// step of seqs for any session.
 	MaxPollRecords int
@@ -82,10 +83,10 @@ func LoadConfig(e *config.Env) (Config, error) {
 		InstanceID:        e.String("SEQUENCER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
 		Topics:            eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
 		Group:             e.String("SEQUENCER_GROUP", "seqflow-sequencer"),
-		Step:              e.Int("SEQUENCER_STEP", 1000, 1, 1_000_000),
+		Step:              e.Int("SEQUENCER_STEP", 5000, 1, 1_000_000),
 		DedupWindow:       e.Duration("SEQUENCER_DEDUP_WINDOW", 24*time.Hour, time.Second, 30*24*time.Hour),
 		DedupMaxEntries:   e.Int("SEQUENCER_DEDUP_MAX_ENTRIES", 2_000_000, 1000, 1<<30),
-		MaxPollRecords:    e.Int("SEQUENCER_MAX_POLL_RECORDS", 1000, 1, 1_000_000),
+		MaxPollRecords:    e.Int("SEQUENCER_MAX_POLL_RECORDS", 5000, 1, 1_000_000),
 		MergeWait:         e.Duration("SEQUENCER_POLL_MERGE_WAIT", 5*time.Millisecond, 0, time.Second),
 		MaxUplinkBytes:    e.Int("SEQUENCER_MAX_UPLINK_BYTES", 64<<10, 256, 900<<10),
 		SessionTimeout:    e.Duration("SEQUENCER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
