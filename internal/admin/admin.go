@@ -1,6 +1,10 @@
 // Package admin serves a service's operational HTTP endpoints: /metrics
-// (Prometheus), /healthz (the process is up) and /readyz (its dependencies
-// answer and, for consumers, partitions are assigned).
+// (Prometheus), /healthz (the process is up), /readyz (its dependencies
+// answer and, for consumers, partitions are assigned) and /debug/pprof/
+// (Go's profiles, e.g. `go tool pprof http://ADDR/debug/pprof/profile`).
+// The profiles cost nothing until asked for; like the rest of the admin
+// port they are for operators, so the port belongs on loopback or a private
+// network (every default address is loopback).
 package admin
 
 import (
@@ -9,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +46,11 @@ func (s *Server) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
 }
 
