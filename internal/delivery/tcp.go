@@ -84,10 +84,6 @@ func (s *TCPSender) Send(ctx context.Context, b *imv1.PushBatch) error {
 	if gw == "" {
 		return &SendError{Err: errors.New("batch has no gateway_id")}
 	}
-	frames, err := encodeBatch(b, s.opts.MaxFrameBytes)
-	if err != nil {
-		return &SendError{GatewayID: gw, Err: err}
-	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -103,6 +99,13 @@ func (s *TCPSender) Send(ctx context.Context, b *imv1.PushBatch) error {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	if err := s.ensure(ctx, tc); err != nil {
+		return &SendError{GatewayID: gw, Err: err}
+	}
+	// Encoded only once a receiver is known: behind a ChainSender, a
+	// gateway without a TCP receiver would otherwise cost every batch an
+	// encoding for nothing before the next transport encodes it again.
+	frames, err := encodeBatch(b, s.opts.MaxFrameBytes)
+	if err != nil {
 		return &SendError{GatewayID: gw, Err: err}
 	}
 	c := tc.c

@@ -1,10 +1,15 @@
 package delivery_test
 
 import (
+	"context"
+	"errors"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/delivery/deliverytest"
+	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 func TestTCPTransport(t *testing.T) {
@@ -37,5 +42,26 @@ func TestChainTransport(t *testing.T) {
 				return deliverytest.Transport{Sender: s, Receiver: r, MaxFrameBytes: delivery.DefaultMaxFrameBytes}
 			})
 		})
+	}
+}
+
+// TestTCPSenderLooksForTheReceiverBeforeEncoding: to a gateway without a
+// TCP receiver, Send answers ErrNoReceiver before it encodes anything, so
+// a ChainSender's fallback is the batch's only encoding. A batch too large
+// for one frame shows the order: refused as too large only when a receiver
+// exists.
+func TestTCPSenderLooksForTheReceiverBeforeEncoding(t *testing.T) {
+	reg := delivery.NewRedisRegistry(newRedis(t))
+	s := delivery.NewTCPSender(reg, delivery.TCPSenderOptions{MaxFrameBytes: 64})
+	t.Cleanup(func() { _ = s.Close() })
+	huge := &imv1.PushBatch{GatewayId: "gw-" + uuid.NewString(), Items: []*imv1.PushItem{{Item: &imv1.PushItem_Event{Event: &imv1.SequencedEvent{
+		SessionId: "s", Seq: 1, Payload: &imv1.SequencedEvent_Message{Message: &imv1.MessageContent{Type: "text", Body: make([]byte, 1000)}},
+	}}}}}
+	err := s.Send(context.Background(), huge)
+	if !errors.Is(err, delivery.ErrNoReceiver) {
+		t.Fatalf("send to an unregistered gateway: %v, want ErrNoReceiver", err)
+	}
+	if errors.Is(err, delivery.ErrTooLarge) {
+		t.Fatalf("the batch was encoded before the receiver was looked for: %v", err)
 	}
 }
