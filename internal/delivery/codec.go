@@ -3,8 +3,6 @@ package delivery
 import (
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -47,9 +45,14 @@ func encodeBatch(b *imv1.PushBatch, maxBytes int) ([][]byte, error) {
 
 // decodeBatch parses one frame received for gatewayID. A frame that is not
 // a PushBatch, or is addressed to another gateway, is ErrBadBatch.
+//
+// It uses the generated UnmarshalVT, which does not check that strings are
+// UTF-8 as proto.Unmarshal does: frames come from a pusher, which encodes
+// only events proto.Unmarshal accepted, and the gateway's JSON writer turns
+// invalid UTF-8 into U+FFFD (as encoding/json does) in any case.
 func decodeBatch(data []byte, gatewayID string) (*imv1.PushBatch, error) {
 	var b imv1.PushBatch
-	if err := proto.Unmarshal(data, &b); err != nil {
+	if err := b.UnmarshalVT(data); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadBatch, err)
 	}
 	if b.GatewayId != gatewayID {

@@ -261,7 +261,9 @@ func ContentBytes(typ string, body json.RawMessage, maxBytes int) ([]byte, *apie
 	switch typ {
 	case TypeText:
 		var s string
-		if err := json.Unmarshal(body, &s); err != nil {
+		if inner, ok := unescapedString(body); ok {
+			s = string(inner)
+		} else if err := json.Unmarshal(body, &s); err != nil {
 			return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a text body must be a JSON string")
 		}
 		if s == "" {

@@ -169,3 +169,27 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPlainStrings: the fast paths for plain JSON strings agree with
+// encoding/json: what unescapedString accepts json.Unmarshal decodes to
+// the same bytes, and what canonicalString accepts json.Marshal writes
+// unchanged as a raw value.
+func FuzzPlainStrings(f *testing.F) {
+	for _, s := range []string{`"hello world"`, `"héllo"`, `"a\"b"`, `"<b>"`, `"fish & chips"`, "\"\xff\"", `"`, `""`, "\"\u2028\"", "\"tab\t\"", `x"y"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if inner, ok := unescapedString(raw); ok {
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil || s != string(inner) {
+				t.Fatalf("unescapedString(%q) = %q, json.Unmarshal gives %q, %v", raw, inner, s, err)
+			}
+		}
+		if canonicalString(raw) {
+			b, err := json.Marshal(json.RawMessage(raw))
+			if err != nil || string(b) != string(raw) {
+				t.Fatalf("canonicalString(%q), but json.Marshal writes %q, %v", raw, b, err)
+			}
+		}
+	})
+}

@@ -141,9 +141,10 @@ func (m *Message) AppendJSON(dst []byte) ([]byte, error) {
 
 // appendRaw appends a raw JSON value as json.Marshal does (compacted,
 // HTML-escaped). A value already in that form, as BodyJSON's text bodies
-// are, is copied after a check that it is valid.
+// are, is copied after a check that it is valid: for a plain string (most
+// text bodies, spaces included) one pass of canonicalString.
 func appendRaw(dst []byte, raw json.RawMessage) ([]byte, error) {
-	if isCompactSafe(raw) && json.Valid(raw) {
+	if canonicalString(raw) || isCompactSafe(raw) && json.Valid(raw) {
 		return append(dst, raw...), nil
 	}
 	b, err := json.Marshal(raw)
