@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A/B of the end-to-end benchmark (seqbench's e2e phase): the services of a
+# base revision against the working tree's, alternating runs in one go so
+# both see the same (noisy, shared) machine, then the median of each side.
+#
+#   infra/local/ab-e2e.sh BASE_REV [RUNS]
+#
+# Both sides run the working tree's seqbench (the same load and the same
+# measurements); only the services it builds and starts differ: the base's
+# come from a worktree of BASE_REV. RUNS defaults to 3. SEQBENCH_* settings
+# are passed through (e.g. SEQBENCH_E2E_DURATION). Needs the local stack
+# up (infra/local/stack.sh up).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+base=${1:?usage: ab-e2e.sh BASE_REV [RUNS]}
+runs=${2:-3}
+[ -f "$root/.data/local.env" ] || { echo "ab-e2e: no .data/local.env: run infra/local/stack.sh up" >&2; exit 1; }
+set -a; . "$root/.data/local.env"; set +a
+
+work=$(mktemp -d)
+trap 'git -C "$root" worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+git -C "$root" worktree add -q --detach "$work/base" "$base"
+mkdir -p "$work/base/.data"
+(cd "$root" && go build -o "$work/seqbench" ./cmd/seqbench)
+
+keys=(e2e_max_msgs_per_s e2e_ack_p50_ms e2e_ack_p99_ms e2e_deliver_p50_ms e2e_deliver_p99_ms e2e_deliver_p999_ms)
+declare -A vals=()
+echo "base $(git -C "$root" rev-parse --short "$base") vs working tree ($(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' + changes')), $runs runs each, load $(cut -d' ' -f1-3 /proc/loadavg)"
+for i in $(seq "$runs"); do
+  for side in base new; do
+    dir=$root
+    [ "$side" = base ] && dir=$work/base
+    json=$work/$side-$i.json
+    (cd "$dir" && SEQBENCH_PHASES=e2e SEQBENCH_DOC= SEQBENCH_ROOT="$dir" SEQBENCH_JSON="$json" \
+      timeout 600 "$work/seqbench" >"$work/$side-$i.log" 2>&1) || { echo "run $i $side failed:"; tail -5 "$work/$side-$i.log"; exit 1; }
+    line="  run $i $side:"
+    for k in "${keys[@]}"; do
+      v=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], 'nan'))" "$json" "$k")
+      vals[$side.$k]+="$v "
+      line+=" $k=$(printf '%.1f' "$v")"
+    done
+    echo "$line"
+  done
+done
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+echo "medians (base -> new):"
+for k in "${keys[@]}"; do
+  b=$(tr ' ' '\n' <<<"${vals[base.$k]}" | grep . | median)
+  n=$(tr ' ' '\n' <<<"${vals[new.$k]}" | grep . | median)
+  printf '  %-22s %10.1f -> %10.1f\n' "$k" "$b" "$n"
+done
