@@ -22,9 +22,17 @@ type Config struct {
 	Topics eventlog.Topics
 	// Group: PUSHER_GROUP, the consumer group, default "seqflow-pusher".
 	Group string
-	// InstanceID: PUSHER_INSTANCE_ID, names the Kafka client, default
-	// "<hostname>-<pid>".
+	// InstanceID: PUSHER_INSTANCE_ID, names the Kafka client and, with
+	// StaticMembership, the group member; default "<hostname>-<pid>". Give
+	// each pusher a stable ID of its own (a pod name) for a restart to find
+	// its partitions; two live pushers must never share one.
 	InstanceID string
+	// StaticMembership: PUSHER_STATIC_MEMBERSHIP, default true: join the
+	// group as a static member (KIP-345) under InstanceID, so a pusher
+	// that crashed and came back under its ID resumes its partitions at
+	// once instead of after the session timeout and two rebalances. An
+	// orderly stop still leaves the group (see internal/eventlog/static.go).
+	StaticMembership bool
 	// OTLPEndpoint: SEQFLOW_OTLP_ENDPOINT, an OTLP/HTTP trace collector
 	// ("host:port" or URL), default empty: tracing off.
 	OTLPEndpoint string
@@ -104,6 +112,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Topics:              eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
 		Group:               e.String("PUSHER_GROUP", "seqflow-pusher"),
 		InstanceID:          e.String("PUSHER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+		StaticMembership:    e.Bool("PUSHER_STATIC_MEMBERSHIP", true),
 		AdminAddr:           e.String("PUSHER_ADMIN_ADDR", "127.0.0.1:9104"),
 		OTLPEndpoint:        e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		Transport:           e.String("PUSHER_TRANSPORT", "auto"),

@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seqflow/seqflow/internal/eventlog"
 )
 
 // ErrNotReady is /readyz's answer before any partition is assigned.
@@ -33,5 +35,5 @@ func (e *ReplayError) Unwrap() error { return e.Err }
 // and counted instead, since clients recover by sync.
 func IsFatal(err error) bool {
 	return errors.Is(err, kgo.ErrClientClosed) || errors.Is(err, kerr.InvalidSessionTimeout) ||
-		errors.Is(err, kerr.GroupAuthorizationFailed) || errors.Is(err, kerr.InvalidGroupID)
+		errors.Is(err, kerr.GroupAuthorizationFailed) || errors.Is(err, kerr.InvalidGroupID) || eventlog.IsFenced(err)
 }

@@ -150,6 +150,9 @@ func (p *Pusher) Run(ctx context.Context) error {
 		kgo.ProducerLinger(5*time.Millisecond),
 		telemetry.KafkaMetrics(p.reg),
 	)
+	if p.cfg.StaticMembership {
+		opts = append(opts, eventlog.StaticMember(p.cfg.InstanceID))
+	}
 	opts = append(opts, p.kgoOpts...)
 	// The committer exists before the client, whose rebalance callbacks
 	// use it; it marks nothing until the first poll.
@@ -159,7 +162,12 @@ func (p *Pusher) Run(ctx context.Context) error {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	p.cl = cl
-	defer cl.Close()
+	defer func() {
+		cl.Close()
+		if p.cfg.StaticMembership {
+			p.leaveGroup()
+		}
+	}()
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -202,6 +210,17 @@ func (p *Pusher) readyz(rdb redis.UniversalClient) admin.ReadyFunc {
 			return ErrNotReady
 		}
 		return nil
+	}
+}
+
+// leaveGroup takes this static member out of the group after an orderly
+// stop, so its partitions go to the other pushers now rather than after
+// the session timeout (see internal/eventlog/static.go).
+func (p *Pusher) leaveGroup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := eventlog.LeaveStatic(ctx, p.cfg.Brokers, "seqflow-pusher-"+p.cfg.InstanceID+"-leave", p.cfg.Group, p.cfg.InstanceID); err != nil {
+		p.log.Warn("shutdown: could not leave the consumer group; its partitions wait for the session timeout", "err", err)
 	}
 }
 
@@ -289,6 +308,9 @@ func (p *Pusher) poll(ctx, outCtx context.Context) error {
 			}
 			p.log.Warn("fetch error", "topic", t, "partition", part, "err", err)
 		})
+		if eventlog.IsFenced(fatal) {
+			return fmt.Errorf("another pusher joined group %s with PUSHER_INSTANCE_ID=%s (each pusher needs an ID of its own): %w", p.cfg.Group, p.cfg.InstanceID, fatal)
+		}
 		if fatal != nil {
 			return fatal
 		}

@@ -254,6 +254,7 @@ func TestIsFatal(t *testing.T) {
 		{kgo.ErrClientClosed, true},
 		{fmt.Errorf("unable to join group session: %w", kerr.InvalidSessionTimeout), true},
 		{kerr.NotCoordinator, false},
+		{fmt.Errorf("heartbeat: %w", kerr.FencedInstanceID), true},
 		{kerr.UnknownTopicOrPartition, false},
 		{context.DeadlineExceeded, false},
 	}
