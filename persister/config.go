@@ -23,6 +23,12 @@ type Config struct {
 	// InstanceID: PERSISTER_INSTANCE_ID, in the Kafka client ID and logs,
 	// default "<hostname>-<pid>".
 	InstanceID string
+	// StaticMembership: PERSISTER_STATIC_MEMBERSHIP, default true: join
+	// the group as a static member (KIP-345) under InstanceID, so a
+	// persister that crashed and came back under its ID resumes its
+	// partitions at once instead of after the session timeout; an orderly
+	// stop still leaves the group (see internal/eventlog/static.go).
+	StaticMembership bool
 	// Schema: PERSISTER_SCHEMA, the home schema of the store, default
 	// "public". Its store_pointer row, when set (seqflow replay -switch),
 	// names the schema actually written; see README.md.
@@ -74,6 +80,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Topics:           eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
 		Group:            e.String("PERSISTER_GROUP", "seqflow-persister"),
 		InstanceID:       e.String("PERSISTER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+		StaticMembership: e.Bool("PERSISTER_STATIC_MEMBERSHIP", true),
 		Schema:           e.String("PERSISTER_SCHEMA", "public"),
 		Migrate:          e.Bool("PERSISTER_MIGRATE", true),
 		BatchMax:         e.Int("PERSISTER_BATCH_MAX", 5000, 1, 100_000),

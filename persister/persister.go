@@ -77,6 +77,9 @@ func (p *Persister) Run(ctx context.Context) error {
 		return err
 	}
 	p.schema = schema
+	if p.cfg.StaticMembership {
+		defer p.leaveGroup()
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return (&admin.Server{Addr: p.cfg.AdminAddr, Reg: p.reg, Ready: p.readyz}).Run(gctx)
@@ -106,6 +109,17 @@ func (p *Persister) Run(ctx context.Context) error {
 		}
 	})
 	return g.Wait()
+}
+
+// leaveGroup takes this static member out of the group once Run ends, so
+// its partitions go to the other persisters now rather than after the
+// session timeout (see internal/eventlog/static.go).
+func (p *Persister) leaveGroup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := eventlog.LeaveStatic(ctx, p.cfg.Brokers, "seqflow-persister-"+p.cfg.InstanceID+"-leave", p.cfg.Group, p.cfg.InstanceID); err != nil {
+		p.log.Warn("shutdown: could not leave the consumer group; its partitions wait for the session timeout", "err", err)
+	}
 }
 
 // follow is called with the live schema at every switch-over notice.
@@ -155,6 +169,7 @@ func (p *Persister) runSchema(ctx context.Context, schema string) error {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.SessionTimeout(p.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(eventlog.HeartbeatInterval(p.cfg.SessionTimeout)),
 		kgo.RebalanceTimeout(p.cfg.RebalanceTimeout),
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.AdjustFetchOffsetsFn(func(actx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
@@ -168,6 +183,11 @@ func (p *Persister) runSchema(ctx context.Context, schema string) error {
 		kgo.OnPartitionsLost(p.onRevoked),
 		telemetry.KafkaMetrics(p.reg),
 	)
+	if p.cfg.StaticMembership {
+		// A switch-over's next client rejoins under the same ID and gets
+		// the same partitions back, its offsets from the new schema.
+		opts = append(opts, eventlog.StaticMember(p.cfg.InstanceID))
+	}
 	if p.cfg.KafkaDebug {
 		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, eventlog.DebugLogPrefix)))
 	}
@@ -284,6 +304,8 @@ func (p *Persister) poll(ctx context.Context, cl poller) (recs []*kgo.Record, er
 			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 			case errors.Is(err, kgo.ErrClientClosed):
 				fatal = err
+			case eventlog.IsFenced(err):
+				fatal = fmt.Errorf("another persister joined group %s with PERSISTER_INSTANCE_ID=%s (each persister needs an ID of its own): %w", p.cfg.Group, p.cfg.InstanceID, err)
 			default:
 				errored = true
 				p.m.fetchErrors.Inc()

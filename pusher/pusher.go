@@ -143,6 +143,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 		kgo.AutoCommitCallback(p.onCommitted),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.SessionTimeout(p.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(eventlog.HeartbeatInterval(p.cfg.SessionTimeout)),
 		kgo.RebalanceTimeout(p.cfg.RebalanceTimeout),
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),

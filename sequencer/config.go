@@ -21,6 +21,13 @@ type Config struct {
 	// instance the same ID so it fences its previous incarnation at once
 	// instead of waiting for the transaction timeout.
 	InstanceID string
+	// StaticMembership: SEQUENCER_STATIC_MEMBERSHIP, default true: join
+	// the uplink group as a static member (KIP-345) under InstanceID, so a
+	// sequencer that crashed and came back under its ID, or rebuilt its
+	// transact session, gets its partitions back at once instead of after
+	// the session timeout and a rebalance; an orderly stop still leaves the
+	// group (see internal/eventlog/static.go).
+	StaticMembership bool
 	// Topics: names under SEQFLOW_TOPIC_PREFIX, default no prefix.
 	Topics eventlog.Topics
 	// Group: SEQUENCER_GROUP, default "seqflow-sequencer".
@@ -81,6 +88,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Brokers:           e.List("SEQFLOW_KAFKA_BROKERS", nil),
 		PGURL:             e.Required("SEQFLOW_PG_URL"),
 		InstanceID:        e.String("SEQUENCER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+		StaticMembership:  e.Bool("SEQUENCER_STATIC_MEMBERSHIP", true),
 		Topics:            eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
 		Group:             e.String("SEQUENCER_GROUP", "seqflow-sequencer"),
 		Step:              e.Int("SEQUENCER_STEP", 5000, 1, 1_000_000),

@@ -277,6 +277,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		kgo.ConsumeTopics(s.cfg.Topics.Uplink),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.SessionTimeout(s.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(eventlog.HeartbeatInterval(s.cfg.SessionTimeout)),
 		kgo.RebalanceTimeout(s.cfg.RebalanceTimeout),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(s.onAssigned),
@@ -287,6 +288,9 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		kgo.WithHooks(watch),
 	)
 	opts = append(opts, batchProducerOpts(s.cfg.MaxPollRecords)...)
+	if s.cfg.StaticMembership {
+		opts = append(opts, eventlog.StaticMember(s.cfg.InstanceID))
+	}
 	if s.cfg.KafkaDebug {
 		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, eventlog.DebugLogPrefix)))
 	}
@@ -301,6 +305,11 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		// the group) until allowed again.
 		sess.AllowRebalance()
 		sess.Close()
+		// Only an orderly stop leaves: a session rebuilt after an error
+		// rejoins under the same ID and gets its partitions straight back.
+		if s.cfg.StaticMembership && ctx.Err() != nil {
+			s.leaveGroup()
+		}
 	}()
 	for {
 		fetches, polled := s.poll(ctx, sess)
@@ -312,6 +321,9 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 			if errors.Is(err, kgo.ErrClientClosed) {
 				fatal = err
+			}
+			if eventlog.IsFenced(err) {
+				fatal = fmt.Errorf("another sequencer joined group %s with SEQUENCER_INSTANCE_ID=%s (each sequencer needs an ID of its own): %w", s.cfg.Group, s.cfg.InstanceID, err)
 			}
 		})
 		if fatal != nil {
@@ -326,6 +338,17 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 			return err
 		}
 		sess.AllowRebalance()
+	}
+}
+
+// leaveGroup takes this static member out of the group after an orderly
+// stop, so its partitions go to the other sequencers now rather than after
+// the session timeout (see internal/eventlog/static.go).
+func (s *Sequencer) leaveGroup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := eventlog.LeaveStatic(ctx, s.cfg.Brokers, "seqflow-sequencer-"+s.cfg.InstanceID+"-leave", s.cfg.Group, s.cfg.InstanceID); err != nil {
+		s.log.Warn("shutdown: could not leave the consumer group; its partitions wait for the session timeout", "err", err)
 	}
 }
 

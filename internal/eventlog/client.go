@@ -90,3 +90,14 @@ func SplitBrokers(s string) []string {
 func DebugLogPrefix() string {
 	return time.Now().UTC().Format("2006-01-02T15:04:05.000000Z ")
 }
+
+// HeartbeatInterval is how often a seqflow group member heartbeats, for a
+// group session timeout of session: a tenth of it, between 100ms and 1s
+// (franz-go's default is 3s). A rebalance completes only once every
+// member has rejoined, and a member learns of one from its next
+// heartbeat's answer: with 3s, each rebalance after a crash waited up to
+// 3s for the survivors to notice. A heartbeat is one small request to the
+// group coordinator.
+func HeartbeatInterval(session time.Duration) time.Duration {
+	return min(max(session/10, 100*time.Millisecond), time.Second)
+}

@@ -26,3 +26,16 @@ func TestRetryBackoff(t *testing.T) {
 		}
 	}
 }
+
+func TestHeartbeatInterval(t *testing.T) {
+	for _, c := range []struct{ session, want time.Duration }{
+		{6 * time.Second, 600 * time.Millisecond},
+		{10 * time.Second, time.Second},
+		{45 * time.Second, time.Second},
+		{500 * time.Millisecond, 100 * time.Millisecond},
+	} {
+		if got := HeartbeatInterval(c.session); got != c.want {
+			t.Errorf("HeartbeatInterval(%s) = %s, want %s", c.session, got, c.want)
+		}
+	}
+}
