@@ -115,11 +115,7 @@ func (p *Persister) Run(ctx context.Context) error {
 // its partitions go to the other persisters now rather than after the
 // session timeout (see internal/eventlog/static.go).
 func (p *Persister) leaveGroup() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := eventlog.LeaveStatic(ctx, p.cfg.Brokers, "seqflow-persister-"+p.cfg.InstanceID+"-leave", p.cfg.Group, p.cfg.InstanceID); err != nil {
-		p.log.Warn("shutdown: could not leave the consumer group; its partitions wait for the session timeout", "err", err)
-	}
+	eventlog.LeaveAfterStop(p.log, p.cfg.Brokers, service, p.cfg.Group, p.cfg.InstanceID)
 }
 
 // follow is called with the live schema at every switch-over notice.

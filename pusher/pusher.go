@@ -218,11 +218,7 @@ func (p *Pusher) readyz(rdb redis.UniversalClient) admin.ReadyFunc {
 // stop, so its partitions go to the other pushers now rather than after
 // the session timeout (see internal/eventlog/static.go).
 func (p *Pusher) leaveGroup() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := eventlog.LeaveStatic(ctx, p.cfg.Brokers, "seqflow-pusher-"+p.cfg.InstanceID+"-leave", p.cfg.Group, p.cfg.InstanceID); err != nil {
-		p.log.Warn("shutdown: could not leave the consumer group; its partitions wait for the session timeout", "err", err)
-	}
+	eventlog.LeaveAfterStop(p.log, p.cfg.Brokers, service, p.cfg.Group, p.cfg.InstanceID)
 }
 
 // shutdown waits for handed-off work and commits what it covers.

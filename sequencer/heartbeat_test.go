@@ -86,3 +86,12 @@ func TestEndContextCancelStopsTheWatch(t *testing.T) {
 		t.Fatal("silent() = true after a plain cancel")
 	}
 }
+
+func TestRebuildDelay(t *testing.T) {
+	if d := rebuildDelay(5 * time.Minute); d != 100*time.Millisecond {
+		t.Errorf("after a long-lived session: %s, want 100ms", d)
+	}
+	if d := rebuildDelay(2 * time.Second); d != time.Second {
+		t.Errorf("after a session that failed at once: %s, want 1s", d)
+	}
+}

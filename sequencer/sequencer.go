@@ -135,6 +135,7 @@ func (s *Sequencer) runLeased(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		for {
+			started := time.Now()
 			err := s.runSession(gctx, lease.Gen)
 			if gctx.Err() != nil {
 				return gctx.Err()
@@ -144,11 +145,23 @@ func (s *Sequencer) runLeased(ctx context.Context) error {
 			select {
 			case <-gctx.Done():
 				return gctx.Err()
-			case <-time.After(time.Second):
+			case <-time.After(rebuildDelay(time.Since(started))):
 			}
 		}
 	})
 	return g.Wait()
+}
+
+// rebuildDelay is the pause before a failed transact session is rebuilt,
+// given how long it ran: a session that failed after working a while (a
+// broker or coordinator fault; its partitions wait for the rebuild) comes
+// back after 100ms, one that failed within 10s of its start after a
+// second, so a persistent error does not spin.
+func rebuildDelay(ran time.Duration) time.Duration {
+	if ran >= 10*time.Second {
+		return 100 * time.Millisecond
+	}
+	return time.Second
 }
 
 // readyz is ready when PostgreSQL and Kafka answer and the consumer has
@@ -345,11 +358,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 // stop, so its partitions go to the other sequencers now rather than after
 // the session timeout (see internal/eventlog/static.go).
 func (s *Sequencer) leaveGroup() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := eventlog.LeaveStatic(ctx, s.cfg.Brokers, "seqflow-sequencer-"+s.cfg.InstanceID+"-leave", s.cfg.Group, s.cfg.InstanceID); err != nil {
-		s.log.Warn("shutdown: could not leave the consumer group; its partitions wait for the session timeout", "err", err)
-	}
+	eventlog.LeaveAfterStop(s.log, s.cfg.Brokers, service, s.cfg.Group, s.cfg.InstanceID)
 }
 
 // poll returns the next batch and when it was complete. franz-go keeps one

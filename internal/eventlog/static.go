@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -50,6 +52,17 @@ func LeaveStatic(ctx context.Context, brokers []string, clientID, group, instanc
 		return fmt.Errorf("leave group %s as %s: %w", group, instanceID, err)
 	}
 	return nil
+}
+
+// LeaveAfterStop is LeaveStatic for a service's orderly shutdown, bounded
+// to 5s; a failure is logged, since the member's partitions then wait for
+// its session timeout.
+func LeaveAfterStop(log *slog.Logger, brokers []string, service, group, instanceID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := LeaveStatic(ctx, brokers, "seqflow-"+service+"-"+instanceID+"-leave", group, instanceID); err != nil {
+		log.Warn("shutdown: could not leave the consumer group; its partitions wait for the session timeout", "err", err)
+	}
 }
 
 // IsFenced reports whether err means another live member of the group
