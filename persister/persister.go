@@ -43,6 +43,7 @@ type Persister struct {
 	restart context.CancelFunc // ends the current schema's loop
 	ready   atomic.Bool
 	kcl     atomic.Pointer[kgo.Client] // the live consumer, for /readyz
+	member  atomic.Pointer[string]     // the consumer's last group member ID, for the leave at the end
 	tracer  trace.Tracer
 }
 
@@ -78,7 +79,7 @@ func (p *Persister) Run(ctx context.Context) error {
 	}
 	p.schema = schema
 	if p.cfg.StaticMembership {
-		defer p.leaveGroup()
+		defer func() { p.leaveGroup(p.member.Load()) }()
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -102,6 +103,11 @@ func (p *Persister) Run(ctx context.Context) error {
 				p.m.switches.Inc()
 				continue
 			}
+			if eventlog.IsFenced(err) {
+				// Another live persister has this instance ID: starting
+				// again would fence it in turn, and so on.
+				return err
+			}
 			p.log.Error("consumer failed; starting it again", "schema", schema, "err", err)
 			if !sleep(gctx, time.Second) {
 				return gctx.Err()
@@ -114,8 +120,11 @@ func (p *Persister) Run(ctx context.Context) error {
 // leaveGroup takes this static member out of the group once Run ends, so
 // its partitions go to the other persisters now rather than after the
 // session timeout (see internal/eventlog/static.go).
-func (p *Persister) leaveGroup() {
-	eventlog.LeaveAfterStop(p.log, p.cfg.Brokers, service, p.cfg.Group, p.cfg.InstanceID)
+func (p *Persister) leaveGroup(member *string) {
+	if member == nil {
+		return
+	}
+	eventlog.LeaveAfterStop(p.log, p.cfg.Brokers, service, p.cfg.Group, p.cfg.InstanceID, *member)
 }
 
 // follow is called with the live schema at every switch-over notice.
@@ -193,6 +202,11 @@ func (p *Persister) runSchema(ctx context.Context, schema string) error {
 	}
 	p.kcl.Store(cl)
 	defer cl.Close()
+	defer func() {
+		if m, _ := cl.GroupMetadata(); m != "" {
+			p.member.Store(&m)
+		}
+	}()
 	defer p.ready.Store(false)
 	defer p.kcl.Store(nil)
 	// Leaving the group waits for a rebalance the poll loop may be blocking.

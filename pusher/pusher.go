@@ -164,9 +164,10 @@ func (p *Pusher) Run(ctx context.Context) error {
 	}
 	p.cl = cl
 	defer func() {
+		member, _ := cl.GroupMetadata()
 		cl.Close()
 		if p.cfg.StaticMembership {
-			p.leaveGroup()
+			p.leaveGroup(member)
 		}
 	}()
 
@@ -217,8 +218,8 @@ func (p *Pusher) readyz(rdb redis.UniversalClient) admin.ReadyFunc {
 // leaveGroup takes this static member out of the group after an orderly
 // stop, so its partitions go to the other pushers now rather than after
 // the session timeout (see internal/eventlog/static.go).
-func (p *Pusher) leaveGroup() {
-	eventlog.LeaveAfterStop(p.log, p.cfg.Brokers, service, p.cfg.Group, p.cfg.InstanceID)
+func (p *Pusher) leaveGroup(member string) {
+	eventlog.LeaveAfterStop(p.log, p.cfg.Brokers, service, p.cfg.Group, p.cfg.InstanceID, member)
 }
 
 // shutdown waits for handed-off work and commits what it covers.

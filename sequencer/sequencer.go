@@ -104,6 +104,10 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		for {
 			if err := s.runLeased(gctx); gctx.Err() != nil {
 				return gctx.Err()
+			} else if eventlog.IsFenced(err) {
+				// Another live sequencer has this instance ID: starting
+				// over would fence it in turn, and so on.
+				return err
 			} else {
 				s.log.Error("sequencing stopped; starting over", "err", err)
 			}
@@ -139,6 +143,9 @@ func (s *Sequencer) runLeased(ctx context.Context) error {
 			err := s.runSession(gctx, lease.Gen)
 			if gctx.Err() != nil {
 				return gctx.Err()
+			}
+			if eventlog.IsFenced(err) {
+				return err
 			}
 			s.m.sessionsReset.Inc()
 			s.log.Error("transact session failed; rebuilding it", "err", err)
@@ -312,16 +319,27 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		return fmt.Errorf("create transact session: %w", err)
 	}
 	s.kcl.Store(sess.Client())
+	// Initialise the producer ID now, not at the first produce: under the
+	// same transactional ID, that bumps the epoch and aborts whatever a
+	// crashed predecessor (or this instance's previous session) left open,
+	// which the dedup window's rebuild would otherwise wait out (its wait
+	// for the last stable offset) for up to the transaction timeout.
+	pctx, pcancel := context.WithTimeout(ctx, s.cfg.SessionTimeout)
+	if _, _, err := sess.Client().ProducerID(pctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("initialising the producer ID; it is tried again at the first produce", "err", err)
+	}
+	pcancel()
 	defer func() {
 		s.kcl.Store(nil)
 		// A poll that returned records blocks rebalances (and so leaving
 		// the group) until allowed again.
 		sess.AllowRebalance()
+		member, _ := sess.Client().GroupMetadata()
 		sess.Close()
 		// Only an orderly stop leaves: a session rebuilt after an error
 		// rejoins under the same ID and gets its partitions straight back.
 		if s.cfg.StaticMembership && ctx.Err() != nil {
-			s.leaveGroup()
+			s.leaveGroup(member)
 		}
 	}()
 	for {
@@ -357,8 +375,8 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 // leaveGroup takes this static member out of the group after an orderly
 // stop, so its partitions go to the other sequencers now rather than after
 // the session timeout (see internal/eventlog/static.go).
-func (s *Sequencer) leaveGroup() {
-	eventlog.LeaveAfterStop(s.log, s.cfg.Brokers, service, s.cfg.Group, s.cfg.InstanceID)
+func (s *Sequencer) leaveGroup(member string) {
+	eventlog.LeaveAfterStop(s.log, s.cfg.Brokers, service, s.cfg.Group, s.cfg.InstanceID, member)
 }
 
 // poll returns the next batch and when it was complete. franz-go keeps one

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -32,18 +34,27 @@ func invalid(code imv1.ErrorCode, format string, args ...any) *invalidError {
 // decodeUplink parses and validates one uplink record value.
 //
 // It decodes with the generated UnmarshalVT (a third of proto.Unmarshal's
-// CPU, the largest part of a batch's preparation), which unlike
-// proto.Unmarshal does not check that proto3 strings are UTF-8: invalidUTF8
-// does, so a string no proto decoder downstream would accept never reaches
-// the sequenced log. TestDecodeUplinkRefusesInvalidUTF8InEveryString keeps
-// it complete as the schema grows.
+// CPU, the largest part of a batch's preparation), and keeps that result
+// only for a value in canonical form: no unknown field anywhere and exactly
+// as long as its re-encoding (SizeVT). UnmarshalVT checks less than
+// proto.Unmarshal (unknown fields it keeps without validating them, which
+// the event would copy; field numbers past 2^29; overlong varints), and
+// every such input is longer than canonical or has unknown fields, so
+// anything else is decoded again by proto.Unmarshal, which decides.
+// proto3 strings are checked for UTF-8 by invalidUTF8, as proto.Unmarshal
+// would (TestDecodeUplinkRefusesInvalidUTF8InEveryString keeps it complete
+// as the schema grows); FuzzDecodeUplink holds the result to
+// proto.Unmarshal's.
 func decodeUplink(key, value []byte, maxBytes int) (*imv1.Uplink, *invalidError) {
 	if len(value) > maxBytes {
 		return nil, invalid(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "uplink is %d bytes, limit %d", len(value), maxBytes)
 	}
 	var u imv1.Uplink
-	if err := u.UnmarshalVT(value); err != nil {
-		return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNDECODABLE, "not a seqflow.im.v1.Uplink: %v", err)
+	if err := u.UnmarshalVT(value); err != nil || u.SizeVT() != len(value) || hasUnknown(&u) {
+		u = imv1.Uplink{}
+		if err := proto.Unmarshal(value, &u); err != nil {
+			return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNDECODABLE, "not a seqflow.im.v1.Uplink: %v", err)
+		}
 	}
 	if field := invalidUTF8(&u); field != "" {
 		return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNDECODABLE, "not a seqflow.im.v1.Uplink: string field %s is not valid UTF-8", field)
@@ -89,6 +100,29 @@ func decodeUplink(key, value []byte, maxBytes int) (*imv1.Uplink, *invalidError)
 		return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "uplink has no command")
 	}
 	return &u, nil
+}
+
+// hasUnknown reports whether u or any message inside it holds unknown
+// fields. TestDecodeUplinkFallsBackOnUnknownFieldsEverywhere keeps it
+// complete as the schema grows.
+func hasUnknown(u *imv1.Uplink) bool {
+	unknown := func(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) > 0 }
+	if unknown(u) {
+		return true
+	}
+	switch c := u.Command.(type) {
+	case *imv1.Uplink_Message:
+		return c.Message != nil && unknown(c.Message)
+	case *imv1.Uplink_SessionCreate:
+		return c.SessionCreate != nil && unknown(c.SessionCreate)
+	case *imv1.Uplink_Membership:
+		return c.Membership != nil && unknown(c.Membership)
+	case *imv1.Uplink_Edit:
+		return c.Edit != nil && (unknown(c.Edit) || c.Edit.Content != nil && unknown(c.Edit.Content))
+	case *imv1.Uplink_Recall:
+		return c.Recall != nil && unknown(c.Recall)
+	}
+	return false
 }
 
 // invalidUTF8 names the first string field of u that is not valid UTF-8,

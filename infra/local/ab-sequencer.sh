@@ -6,7 +6,7 @@
 #   infra/local/ab-sequencer.sh BASE_REV [RUNS] [STEP...]
 #
 # BASE_REV is any git revision; RUNS (default 3) runs per side and step;
-# STEP (default 1000) sets SEQUENCER_STEP and SEQUENCER_MAX_POLL_RECORDS.
+# STEP (default 5000, the default step) sets SEQUENCER_STEP and SEQUENCER_MAX_POLL_RECORDS.
 # Both sides use the working tree's sequencer/bench_test.go, so the harness
 # (what is measured and reported) is the same and only the sequencer differs.
 # Needs the local stack up (infra/local/stack.sh up). SEQFLOW_BENCH_RECORDS
@@ -17,7 +17,7 @@ base=${1:?usage: ab-sequencer.sh BASE_REV [RUNS] [STEP...]}
 runs=${2:-3}
 shift $(( $# >= 2 ? 2 : 1 ))
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(1000)
+[ ${#steps[@]} -gt 0 ] || steps=(5000)
 [ -f "$root/.data/local.env" ] || { echo "ab-sequencer: no .data/local.env: run infra/local/stack.sh up" >&2; exit 1; }
 set -a; . "$root/.data/local.env"; set +a
 export SEQFLOW_BENCH_RECORDS=${SEQFLOW_BENCH_RECORDS:-200000}

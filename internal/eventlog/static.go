@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Static group membership (KIP-345). A consumer that joins its group with
@@ -35,20 +35,39 @@ import (
 // under instanceID.
 func StaticMember(instanceID string) kgo.GroupOpt { return kgo.InstanceID(instanceID) }
 
-// LeaveStatic removes the static member instanceID from group with a
-// short-lived client of its own (the consumer's client is closed by then).
-// A member that is already gone is not an error.
-func LeaveStatic(ctx context.Context, brokers []string, clientID, group, instanceID string) error {
+// LeaveStatic removes the static member instanceID, which joined as
+// memberID, from group with a short-lived client of its own (the
+// consumer's client is closed by then). Naming the member ID as well makes
+// the broker refuse (FENCED_INSTANCE_ID) when a newer member holds the
+// instance ID now, a restart under the same ID that came quickly, instead
+// of removing that one. A member that is already gone or was replaced is
+// not an error; an empty memberID (it never joined) leaves nothing.
+func LeaveStatic(ctx context.Context, brokers []string, clientID, group, instanceID, memberID string) error {
+	if memberID == "" {
+		return nil
+	}
 	cl, err := kgo.NewClient(ClientOpts(brokers, clientID)...)
 	if err != nil {
 		return fmt.Errorf("leave group %s as %s: %w", group, instanceID, err)
 	}
 	defer cl.Close()
-	resp, err := kadm.NewClient(cl).LeaveGroup(ctx, kadm.LeaveGroup(group).InstanceIDs(instanceID).Reason("orderly shutdown"))
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = group
+	m := kmsg.NewLeaveGroupRequestMember()
+	m.MemberID = memberID
+	m.InstanceID = kmsg.StringPtr(instanceID)
+	m.Reason = kmsg.StringPtr("orderly shutdown")
+	req.Members = append(req.Members, m)
+	resp, err := req.RequestWith(ctx, cl)
 	if err == nil {
-		err = resp.Error()
+		err = kerr.ErrorForCode(resp.ErrorCode)
+		for _, rm := range resp.Members {
+			if err == nil {
+				err = kerr.ErrorForCode(rm.ErrorCode)
+			}
+		}
 	}
-	if err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+	if err != nil && !errors.Is(err, kerr.UnknownMemberID) && !errors.Is(err, kerr.FencedInstanceID) {
 		return fmt.Errorf("leave group %s as %s: %w", group, instanceID, err)
 	}
 	return nil
@@ -57,10 +76,10 @@ func LeaveStatic(ctx context.Context, brokers []string, clientID, group, instanc
 // LeaveAfterStop is LeaveStatic for a service's orderly shutdown, bounded
 // to 5s; a failure is logged, since the member's partitions then wait for
 // its session timeout.
-func LeaveAfterStop(log *slog.Logger, brokers []string, service, group, instanceID string) {
+func LeaveAfterStop(log *slog.Logger, brokers []string, service, group, instanceID, memberID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := LeaveStatic(ctx, brokers, "seqflow-"+service+"-"+instanceID+"-leave", group, instanceID); err != nil {
+	if err := LeaveStatic(ctx, brokers, "seqflow-"+service+"-"+instanceID+"-leave", group, instanceID, memberID); err != nil {
 		log.Warn("shutdown: could not leave the consumer group; its partitions wait for the session timeout", "err", err)
 	}
 }

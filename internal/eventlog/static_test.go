@@ -78,7 +78,8 @@ func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) ti
 // dies without leaving and comes back under its instance ID gets its
 // partitions back at once, without the other member losing any; after an
 // orderly stop, LeaveStatic hands its partitions to the other member long
-// before the 45 s session timeout.
+// before the 45 s session timeout, and a leave in the name of an older
+// incarnation removes nobody.
 func TestStaticMembership(t *testing.T) {
 	st := stack.Require(t, "kafka")
 	ctx := context.Background()
@@ -107,6 +108,7 @@ func TestStaticMembership(t *testing.T) {
 	_, bRevokes := b.count()
 
 	// A crash: a static member's Close does not leave the group.
+	aFirstMember, _ := a.cl.GroupMetadata()
 	a.cl.Close()
 	time.Sleep(time.Second)
 	if nb, r := b.count(); nb != 2 || r != bRevokes {
@@ -119,15 +121,29 @@ func TestStaticMembership(t *testing.T) {
 		t.Fatalf("a's restart cost b a rebalance: b owns %d partitions with %d revocations, want 2 and %d", nb, r, bRevokes)
 	}
 
+	// A leave in the name of a's first incarnation must not remove its
+	// restart, which holds the instance ID now.
+	if err := eventlog.LeaveStatic(ctx, st.KafkaBrokers, "static-test-leave", group, "a", aFirstMember); err != nil {
+		t.Fatalf("a stale leave: %v", err)
+	}
+	time.Sleep(time.Second)
+	if n, _ := a2.count(); n != 2 {
+		t.Fatalf("a stale leave removed a's restart: it owns %d partitions", n)
+	}
+	if nb, r := b.count(); nb != 2 || r != bRevokes {
+		t.Fatalf("a stale leave cost b a rebalance: b owns %d partitions with %d revocations", nb, r)
+	}
+
 	// An orderly stop leaves the group, and b takes over everything.
+	a2Member, _ := a2.cl.GroupMetadata()
 	a2.cl.Close()
-	if err := eventlog.LeaveStatic(ctx, st.KafkaBrokers, "static-test-leave", group, "a"); err != nil {
+	if err := eventlog.LeaveStatic(ctx, st.KafkaBrokers, "static-test-leave", group, "a", a2Member); err != nil {
 		t.Fatal(err)
 	}
 	took = waitFor(t, "b owns all four partitions after a left", 15*time.Second, func() bool { n, _ := b.count(); return n == 4 })
 	t.Logf("after LeaveStatic b owned all partitions in %s", took.Round(time.Millisecond))
 	// Leaving twice is not an error.
-	if err := eventlog.LeaveStatic(ctx, st.KafkaBrokers, "static-test-leave", group, "a"); err != nil {
+	if err := eventlog.LeaveStatic(ctx, st.KafkaBrokers, "static-test-leave", group, "a", a2Member); err != nil {
 		t.Fatalf("second leave: %v", err)
 	}
 }
