@@ -115,24 +115,6 @@ func FuzzDecodeUplink(f *testing.F) {
 // test), and expects the decoder to refuse it as proto.Unmarshal would.
 func TestDecodeUplinkRefusesInvalidUTF8InEveryString(t *testing.T) {
 	commands := imv1.File_seqflow_im_v1_uplink_proto.Messages().ByName("Uplink").Oneofs().ByName("command").Fields()
-	valid := func(cmd protoreflect.FieldDescriptor) *imv1.Uplink {
-		u := &imv1.Uplink{SessionId: "s1", ClientMsgId: "c1", SenderUserId: "u1", SenderDeviceId: "d1", GatewayId: "g1"}
-		switch cmd.Name() {
-		case "message":
-			u.Command = &imv1.Uplink_Message{Message: &imv1.MessageContent{Type: "text", Body: []byte("hi")}}
-		case "session_create":
-			u.Command = &imv1.Uplink_SessionCreate{SessionCreate: &imv1.SessionCreate{Title: "t", MemberUserIds: []string{"u1"}}}
-		case "membership":
-			u.Command = &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: []string{"u2"}}}
-		case "edit":
-			u.Command = &imv1.Uplink_Edit{Edit: &imv1.Edit{TargetSeq: 1, Content: &imv1.MessageContent{Type: "text"}}}
-		case "recall":
-			u.Command = &imv1.Uplink_Recall{Recall: &imv1.Recall{TargetSeq: 1}}
-		default:
-			t.Fatalf("command %s has no valid example here: add one", cmd.Name())
-		}
-		return u
-	}
 	// stringPaths lists the paths (field descriptors from the root) to every
 	// string field of m's type, not following the command oneof's other
 	// branches.
@@ -159,7 +141,7 @@ func TestDecodeUplinkRefusesInvalidUTF8InEveryString(t *testing.T) {
 	for i := 0; i < commands.Len(); i++ {
 		cmd := commands.Get(i)
 		for _, path := range stringPaths(imv1.File_seqflow_im_v1_uplink_proto.Messages().ByName("Uplink"), nil, cmd) {
-			u := valid(cmd)
+			u := validUplink(t, cmd)
 			m := u.ProtoReflect()
 			for _, fd := range path[:len(path)-1] {
 				m = m.Mutable(fd).Message()
@@ -183,13 +165,34 @@ func TestDecodeUplinkRefusesInvalidUTF8InEveryString(t *testing.T) {
 			}
 			tried++
 		}
-		if _, bad := decodeUplink([]byte("s1"), mustVT(t, valid(cmd)), 4096); bad != nil {
+		if _, bad := decodeUplink([]byte("s1"), mustVT(t, validUplink(t, cmd)), 4096); bad != nil {
 			t.Errorf("%s: the valid example was refused: %v", cmd.Name(), bad)
 		}
 	}
 	if tried < 10 {
 		t.Fatalf("found only %d string fields: the walk is broken", tried)
 	}
+}
+
+// validUplink is a valid uplink of command cmd with every string set.
+func validUplink(t *testing.T, cmd protoreflect.FieldDescriptor) *imv1.Uplink {
+	t.Helper()
+	u := &imv1.Uplink{SessionId: "s1", ClientMsgId: "c1", SenderUserId: "u1", SenderDeviceId: "d1", GatewayId: "g1"}
+	switch cmd.Name() {
+	case "message":
+		u.Command = &imv1.Uplink_Message{Message: &imv1.MessageContent{Type: "text", Body: []byte("hi")}}
+	case "session_create":
+		u.Command = &imv1.Uplink_SessionCreate{SessionCreate: &imv1.SessionCreate{Title: "t", MemberUserIds: []string{"u1"}}}
+	case "membership":
+		u.Command = &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: []string{"u2"}}}
+	case "edit":
+		u.Command = &imv1.Uplink_Edit{Edit: &imv1.Edit{TargetSeq: 1, Content: &imv1.MessageContent{Type: "text"}}}
+	case "recall":
+		u.Command = &imv1.Uplink_Recall{Recall: &imv1.Recall{TargetSeq: 1}}
+	default:
+		t.Fatalf("command %s has no valid example here: add one", cmd.Name())
+	}
+	return u
 }
 
 func mustVT(t *testing.T, u *imv1.Uplink) []byte {
@@ -228,24 +231,6 @@ func TestConfigRefusesBatchesAboveTheStep(t *testing.T) {
 func TestDecodeUplinkFallsBackOnUnknownFieldsEverywhere(t *testing.T) {
 	uplinkDesc := imv1.File_seqflow_im_v1_uplink_proto.Messages().ByName("Uplink")
 	commands := uplinkDesc.Oneofs().ByName("command").Fields()
-	valid := func(cmd protoreflect.FieldDescriptor) *imv1.Uplink {
-		u := &imv1.Uplink{SessionId: "s1", ClientMsgId: "c1", SenderUserId: "u1"}
-		switch cmd.Name() {
-		case "message":
-			u.Command = &imv1.Uplink_Message{Message: &imv1.MessageContent{Type: "text", Body: []byte("hi")}}
-		case "session_create":
-			u.Command = &imv1.Uplink_SessionCreate{SessionCreate: &imv1.SessionCreate{Title: "t", MemberUserIds: []string{"u1"}}}
-		case "membership":
-			u.Command = &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: []string{"u2"}}}
-		case "edit":
-			u.Command = &imv1.Uplink_Edit{Edit: &imv1.Edit{TargetSeq: 1, Content: &imv1.MessageContent{Type: "text"}}}
-		case "recall":
-			u.Command = &imv1.Uplink_Recall{Recall: &imv1.Recall{TargetSeq: 1}}
-		default:
-			t.Fatalf("command %s has no valid example here: add one", cmd.Name())
-		}
-		return u
-	}
 	// messagePaths lists the paths to every message of the tree (the
 	// root is the empty path), the command oneof's other branches left out.
 	var messagePaths func(md protoreflect.MessageDescriptor, path []protoreflect.FieldDescriptor, cmd protoreflect.FieldDescriptor) [][]protoreflect.FieldDescriptor
@@ -270,7 +255,7 @@ func TestDecodeUplinkFallsBackOnUnknownFieldsEverywhere(t *testing.T) {
 		cmd := commands.Get(i)
 		for _, path := range messagePaths(uplinkDesc, nil, cmd) {
 			for what, raw := range unknowns {
-				u := valid(cmd)
+				u := validUplink(t, cmd)
 				m := u.ProtoReflect()
 				name := string(cmd.Name())
 				for _, fd := range path {
