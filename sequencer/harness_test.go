@@ -35,9 +35,11 @@ type harness struct {
 	st     stack.Stack
 	prefix string
 	topics eventlog.Topics
-	group  string
-	bin    string
-	cl     *kgo.Client
+	// partitions of every topic of the harness
+	partitions int32
+	group      string
+	bin        string
+	cl         *kgo.Client
 
 	mu   sync.Mutex
 	sent map[string][]string // session → client msg IDs in send order
@@ -47,7 +49,7 @@ func newHarness(t *testing.T, partitions int32) *harness {
 	t.Helper()
 	st := stack.Require(t, "kafka", "pg")
 	id := uuid.NewString()[:8]
-	h := &harness{t: t, st: st, prefix: "t-" + id + ".", group: "seq-test-" + id, sent: map[string][]string{}}
+	h := &harness{t: t, st: st, prefix: "t-" + id + ".", partitions: partitions, group: "seq-test-" + id, sent: map[string][]string{}}
 	h.topics = eventlog.Names(h.prefix)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -100,6 +102,27 @@ func (h *harness) start(name string, env ...string) *proctest.Proc {
 }
 
 func (h *harness) session(i int) string { return fmt.Sprintf("%ssess-%03d", h.prefix, i) }
+
+// spread returns perPartition sessions for each of the uplink topic's
+// partitions, found by the producers' own key partitioner (murmur2), so a
+// test that moves partitions between instances has traffic on every one of
+// them. h.session's names hash at random: with 16 of them over 4
+// partitions, one partition gets none in about 4 runs of 100.
+func (h *harness) spread(perPartition int) []string {
+	h.t.Helper()
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(h.topics.Uplink)
+	count := make([]int, h.partitions)
+	var out []string
+	for i := 0; len(out) < perPartition*int(h.partitions); i++ {
+		s := h.session(i)
+		p := part.Partition(&kgo.Record{Key: []byte(s)}, int(h.partitions))
+		if count[p] < perPartition {
+			count[p]++
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 func uplinkValue(session, clientMsgID, body string) []byte {
 	v, _ := proto.Marshal(&imv1.Uplink{

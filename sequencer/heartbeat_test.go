@@ -95,3 +95,45 @@ func TestRebuildDelay(t *testing.T) {
 		t.Errorf("after a session that failed at once: %s, want 1s", d)
 	}
 }
+
+// TestStopGrace: a stop leaves the batch context alive for the grace, then
+// cancels it; releasing it cancels at once; values (trace spans) pass.
+func TestStopGrace(t *testing.T) {
+	type key struct{}
+	t.Run("lives through the grace", func(t *testing.T) {
+		ctx, stop := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+		work, release := stopGrace(ctx, time.Hour)
+		defer release()
+		stop()
+		time.Sleep(20 * time.Millisecond) // the AfterFunc has run by now
+		if err := work.Err(); err != nil {
+			t.Fatalf("batch context ended %v after the stop, want alive for the grace", err)
+		}
+		if work.Value(key{}) != "v" {
+			t.Error("batch context lost the values of its parent")
+		}
+		release()
+		if work.Err() == nil {
+			t.Error("release left the batch context alive")
+		}
+	})
+	t.Run("ends after the grace", func(t *testing.T) {
+		ctx, stop := context.WithCancel(context.Background())
+		work, release := stopGrace(ctx, 10*time.Millisecond)
+		defer release()
+		stop()
+		select {
+		case <-work.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("batch context still alive long after the grace")
+		}
+	})
+	t.Run("no stop, no end", func(t *testing.T) {
+		work, release := stopGrace(context.Background(), time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+		if work.Err() != nil {
+			t.Fatal("batch context ended without a stop")
+		}
+		release()
+	})
+}

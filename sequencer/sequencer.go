@@ -130,14 +130,21 @@ func (s *Sequencer) runLeased(ctx context.Context) error {
 	}
 	s.log.Info("sequencer starting", "instance_id", s.cfg.InstanceID, "node_id", lease.Gen.Node())
 	g, gctx := errgroup.WithContext(ctx)
+	// The lease outlives a stop until the sessions are done: the batch a
+	// stop interrupted still needs IDs to commit (see stopGrace). A lost
+	// lease still ends the sessions at once, through gctx.
+	leaseCtx, endLease := context.WithCancel(context.WithoutCancel(gctx))
+	defer endLease()
 	g.Go(func() error {
-		err := lease.Run(gctx)
-		if gctx.Err() == nil {
-			s.log.Error("node lease lost; no more ids with it", "node_id", lease.Gen.Node(), "err", err)
+		err := lease.Run(leaseCtx)
+		if leaseCtx.Err() != nil {
+			return nil // released after the sessions ended
 		}
+		s.log.Error("node lease lost; no more ids with it", "node_id", lease.Gen.Node(), "err", err)
 		return err
 	})
 	g.Go(func() error {
+		defer endLease()
 		for {
 			started := time.Now()
 			err := s.runSession(gctx, lease.Gen)
@@ -342,9 +349,14 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 			s.leaveGroup(member)
 		}
 	}()
+	// The batches run under work, not ctx: a stop lets the one in flight
+	// end (see stopGrace) instead of leaving its transaction open.
+	work, stopWork := stopGrace(ctx, s.cfg.TxnTimeout)
+	defer stopWork()
 	for {
 		fetches, polled := s.poll(ctx, sess)
 		if ctx.Err() != nil {
+			s.log.Info("stopped with its last batch ended")
 			return ctx.Err()
 		}
 		var fatal error
@@ -365,10 +377,44 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 			continue
 		}
 		fetches.EachRecord(func(r *kgo.Record) { s.m.uplinkWait.Observe(max(0, polled.Sub(r.Timestamp).Seconds())) })
-		if err := s.transact(ctx, sess, gen, fetches, polled); err != nil {
+		if err := s.transact(work, sess, gen, fetches, polled); err != nil {
+			if ctx.Err() != nil {
+				s.log.Warn("stopped before its last batch ended; the broker aborts its transaction after the transaction timeout",
+					"err", err, "txn_timeout", s.cfg.TxnTimeout)
+			}
 			return err
 		}
 		sess.AllowRebalance()
+	}
+}
+
+// stopGrace returns the context of the batches. It is cancelled grace
+// after ctx is, not at once: a batch that a stop interrupted, with its
+// records produced and its transaction open, would otherwise fail to end
+// it, and an open transaction holds back the last stable offset of its
+// partitions (and every read_committed reader of them: the next owner's
+// dedup-window rebuild, the persister, the pusher) until the broker aborts
+// it at the transaction timeout. With the grace, the batch commits, its
+// senders get their seqs, and the loop stops at its next poll. The grace
+// is the transaction timeout: past it the broker aborts the transaction
+// anyway, so waiting longer gains nothing.
+func stopGrace(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var timer *time.Timer
+	var mu sync.Mutex
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		timer = time.AfterFunc(grace, cancel)
+		mu.Unlock()
+	})
+	return work, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
 	}
 }
 

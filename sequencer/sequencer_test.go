@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -96,10 +97,7 @@ func TestPartitionMovesAwayAndBack(t *testing.T) {
 	a := h.start("a")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var sessions []string
-	for i := 0; i < 16; i++ {
-		sessions = append(sessions, h.session(i))
-	}
+	sessions := h.spread(4) // traffic on every partition, so each one moved is rebuilt
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return h.producer(gctx, sessions, 0.1, 2*time.Millisecond) })
 
@@ -117,9 +115,35 @@ func TestPartitionMovesAwayAndBack(t *testing.T) {
 	_, r := h.settle(60 * time.Second)
 	requireOK(t, r)
 
-	if strings.Count(readLog(t, a), "dedup window rebuilt") <= 4 {
-		t.Errorf("A rebuilt no partition state after the partitions came back")
+	// A owned every partition before B came; each one B took, A rebuilt
+	// again when it came back.
+	rebuilt := loggedPartitions(t, a, "dedup window rebuilt")
+	moved := loggedPartitions(t, b, "partition assigned")
+	if len(moved) == 0 {
+		t.Fatal("B was assigned no partition")
 	}
+	for p := range moved {
+		if rebuilt[p] < 2 {
+			t.Errorf("A rebuilt partition %d %d time(s); it went to B and came back, so want 2", p, rebuilt[p])
+		}
+	}
+}
+
+// loggedPartitions counts, per partition, the lines of p's log with
+// message msg.
+func loggedPartitions(t *testing.T, p *proctest.Proc, msg string) map[int32]int {
+	t.Helper()
+	n := map[int32]int{}
+	for _, line := range strings.Split(readLog(t, p), "\n") {
+		var e struct {
+			Msg       string `json:"msg"`
+			Partition *int32 `json:"partition"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == msg && e.Partition != nil {
+			n[*e.Partition]++
+		}
+	}
+	return n
 }
 
 // TestPausedInstanceIsFenced stops an instance mid-transaction (SIGSTOP)
@@ -134,10 +158,7 @@ func TestPausedInstanceIsFenced(t *testing.T) {
 	b := h.start("b")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var sessions []string
-	for i := 0; i < 16; i++ {
-		sessions = append(sessions, h.session(i))
-	}
+	sessions := h.spread(4) // traffic on every partition: both instances rebuild one
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return h.producer(gctx, sessions, 0.1, 2*time.Millisecond) })
 	waitLog(t, a, "dedup window rebuilt", 30*time.Second)
@@ -177,6 +198,57 @@ func TestPausedInstanceIsFenced(t *testing.T) {
 		t.Fatalf("no record of the paused instance's open transaction was found aborted (A wrote %d, %d committed)", len(all), len(committed))
 	}
 	t.Logf("paused instance: %d records in its open transaction, all aborted", aborted)
+}
+
+// TestOrderlyStopEndsItsTransaction stops an instance (SIGTERM) while its
+// transaction is open. The batch in flight must be ended before the
+// process exits: left open, it would hold back the last stable offset of
+// its partitions, and with it every read_committed reader (the next
+// owner's dedup-window rebuild, the persister, the pusher), until the
+// transaction timeout.
+func TestOrderlyStopEndsItsTransaction(t *testing.T) {
+	h := newHarness(t, 2)
+	// A lingers 1 s between producing a batch and committing it, so the
+	// stop lands inside an open transaction; the long transaction timeout
+	// keeps one left open visible as Ongoing.
+	a := h.start("a", "SEQUENCER_DEBUG_COMMIT_DELAY=1s", "SEQUENCER_TXN_TIMEOUT=60s")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return h.producer(gctx, h.spread(4), 0.1, 2*time.Millisecond) })
+	waitLog(t, a, "dedup window rebuilt", 30*time.Second)
+	time.Sleep(2500 * time.Millisecond) // inside the third transaction's linger
+	a.Stop(20 * time.Second)
+
+	txnID := "seqflow-sequencer-" + h.group + "-a"
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	d, err := kadm.NewClient(h.cl).DescribeTransactions(dctx, txnID)
+	if err != nil {
+		t.Fatalf("describe transaction %s: %v", txnID, err)
+	}
+	txn, ok := d[txnID]
+	if !ok || txn.Err != nil {
+		t.Fatalf("transaction %s not described (%v): %+v", txnID, txn.Err, d)
+	}
+	t.Logf("after the stop, transaction %s is %s", txnID, txn.State)
+	if txn.State == "Ongoing" {
+		t.Errorf("the stopped instance left its transaction open (Ongoing, started %s ago)",
+			time.Since(time.UnixMilli(txn.StartTimestamp)).Round(time.Millisecond))
+	}
+	if !strings.Contains(readLog(t, a), "stopped with its last batch ended") {
+		t.Errorf("A did not log that it ended its last batch")
+	}
+
+	// Another instance takes over; nothing acknowledged is lost.
+	h.start("b")
+	time.Sleep(2 * time.Second)
+	cancel()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	_, r := h.settle(60 * time.Second)
+	requireOK(t, r)
 }
 
 // TestChaos runs three sequencers under load from producers that retry,

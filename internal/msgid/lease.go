@@ -32,6 +32,9 @@ func (l *Lease) margin() time.Duration { return l.ttl / 5 }
 
 // Acquire takes a free (expired) node ID for holder and returns its lease
 // with a generator. maxWait bounds how long a backwards clock is waited out.
+// It prefers a node whose previous holder's promise (issued_until_ms) has
+// passed, so a restart does not take back the node it released a moment
+// ago and wait out its own promise (up to the TTL).
 func Acquire(ctx context.Context, pool *pgxpool.Pool, holder string, ttl time.Duration, clock Clock, maxWait time.Duration, log *slog.Logger) (*Lease, error) {
 	return acquire(ctx, pool, holder, ttl, clock, maxWait, log, -1)
 }
@@ -48,7 +51,9 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, holder string, ttl time.Du
 WITH free AS (
   SELECT node_id, issued_until_ms FROM node_lease
   WHERE expires_at < now() AND ($4 < 0 OR node_id = $4)
-  ORDER BY expires_at, node_id
+  -- a node whose last holder's promise has passed first: one released a
+  -- moment ago (a restart's own) would have to be waited out
+  ORDER BY issued_until_ms > $5, expires_at, node_id
   LIMIT 1
   FOR UPDATE SKIP LOCKED)
 UPDATE node_lease l

@@ -77,3 +77,40 @@ func TestLeaseAgainstPostgres(t *testing.T) {
 		t.Fatalf("old holder still issues ids: %v", err)
 	}
 }
+
+// TestAcquirePrefersNodeWithoutPromise: a node released a moment ago still
+// carries its holder's promise; a new holder (a restart) takes a node it
+// need not wait for.
+func TestAcquirePrefersNodeWithoutPromise(t *testing.T) {
+	st := stack.Require(t, "pg")
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, st.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := migrate.Up(ctx, pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	a, err := Acquire(ctx, pool, "a-"+uuid.NewString(), 30*time.Second, WallClock, time.Second, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.release()
+	var promise time.Time
+	if err := pool.QueryRow(ctx, `SELECT to_timestamp(issued_until_ms / 1000.0) FROM node_lease WHERE node_id = $1`, a.Gen.Node()).Scan(&promise); err != nil {
+		t.Fatal(err)
+	}
+	if !promise.After(time.Now()) {
+		t.Fatalf("released node %d promises only until %s: the test needs a pending promise", a.Gen.Node(), promise)
+	}
+	b, err := Acquire(ctx, pool, "b-"+uuid.NewString(), 30*time.Second, WallClock, time.Second, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.release()
+	if b.Gen.Node() == a.Gen.Node() {
+		t.Fatalf("took back node %d, released with a promise until %s, while nodes without one were free", a.Gen.Node(), promise)
+	}
+}
