@@ -77,13 +77,20 @@ func TestPersisterPGRestartUnderLoad(t *testing.T) {
 	e := newEnv(t)
 	e.startSequencer(t)
 	per := e.startPersister(t, "PERSISTER_RETRY_MAX=1s")
-	const n = 5000
+	const n = 8000 // 8 s of load: it outlasts the pipeline's start and the restart
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		time.Sleep(2 * time.Second)
+		// Restart once the persister is writing, not at a fixed time: a
+		// restart during the services' start would hit no write.
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			var rows int64
+			if e.pool.QueryRow(ctx, "SELECT count(*) FROM "+e.schema+".messages").Scan(&rows) == nil && rows > 0 {
+				break
+			}
+		}
 		restartPostgres(t, e.st.Root)
 	}()
 	e.load(ctx, t, sessionIDs(e.id, 30), n, 1000)

@@ -159,6 +159,13 @@ func (c *conn) closeWith(code websocket.StatusCode, reason, why string) {
 	c.once.Do(func() {
 		c.code, c.reason, c.why = code, reason, why
 		close(c.closing)
+		if code == closeSlowConsumer && c.nc != nil {
+			// The writer may be blocked on a socket its client does not
+			// read, which no close frame would reach either: its write
+			// ends now instead of at GATEWAY_WRITE_TIMEOUT, and the
+			// connection's goroutines and buffers go with it.
+			_ = c.nc.SetWriteDeadline(time.Now())
+		}
 	})
 }
 

@@ -279,7 +279,7 @@ func TestHostileInput(t *testing.T) {
 		// flood that fills the reader's buffers take minutes.
 		// A queue of 32 frames: the sender's own connection, read by the
 		// harness as fast as it can, never fills it; the stuck one does.
-		g2 := p.gateway(map[string]string{"GATEWAY_CONN_QUEUE": "32", "GATEWAY_WRITE_TIMEOUT": "2s",
+		g2 := p.gateway(map[string]string{"GATEWAY_CONN_QUEUE": "32", "GATEWAY_WRITE_TIMEOUT": "60s", // the queue, not the write deadline, closes it, at once
 			"GATEWAY_RATE_PER_USER": "10000", "GATEWAY_RATE_BURST": "10000"})
 		sender, slow := user("sender"), user("slow")
 		s := p.connect(g2, sender, "phone")

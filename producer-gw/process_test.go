@@ -163,7 +163,12 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 	c := p.connect(gw, alice, "phone")
 	id := newID()
 	c.send(sendFrame("g-drain", id, "in flight at shutdown"))
-	time.Sleep(300 * time.Millisecond) // the gateway has read it; no seq can come
+	// The gateway has read it and waits for a seq that cannot come.
+	for deadline := time.Now().Add(30 * time.Second); gw.g.waiters.len() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway never registered the send's wait for a seq")
+		}
+	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- gw.stop() }()
 	ack := c.ackOf(id)

@@ -354,9 +354,10 @@ func TestProtocol(t *testing.T) {
 
 	t.Run("a gateway that saw no removal refuses the removed user within the stated bound", func(t *testing.T) {
 		p.t = t
-		// The bound: the persister's lag plus GATEWAY_MEMBER_CACHE_TTL.
+		// The bound: the persister's lag plus GATEWAY_MEMBER_CACHE_TTL;
+		// past the lag, the TTL plus a margin for a loaded box.
 		const cacheTTL = time.Second
-		const bound = cacheTTL + 5*time.Second
+		const bound = cacheTTL + 3*time.Second
 		blind := p.gateway(map[string]string{"GATEWAY_MEMBER_CACHE_TTL": cacheTTL.String()})
 		alice, bob := user("alice"), user("bob")
 		a := p.connect(gw, alice, "phone")
@@ -381,7 +382,11 @@ func TestProtocol(t *testing.T) {
 		}
 		rm := newID()
 		a.send(map[string]any{"op": "members", "client_msg_id": rm, "session_id": sid, "action": "remove", "user_ids": []string{bob}})
-		a.mustAckOK(rm)
+		rmSeq := a.mustAckOK(rm).Seq
+		// The persister's lag is the load of the moment (other packages
+		// share the database); the cache's part of the bound is measured
+		// from the removal being stored.
+		p.waitStored(sid, rmSeq)
 		removed := time.Now()
 		accepted := 0
 		for {
@@ -391,11 +396,11 @@ func TestProtocol(t *testing.T) {
 			}
 			accepted++
 			if time.Since(removed) > bound {
-				t.Fatalf("removed user still sending %s after the removal's ACK (bound %s): %d %+v", time.Since(removed), bound, code, f)
+				t.Fatalf("removed user still sending %s after the removal was stored (bound %s): %d %+v", time.Since(removed), bound, code, f)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		t.Logf("gateway without the removal event refused the removed user %s after the removal ACK (%d sends got through; bound %s)",
+		t.Logf("gateway without the removal event refused the removed user %s after the removal was stored (%d sends got through; bound %s)",
 			time.Since(removed).Round(time.Millisecond), accepted, bound)
 	})
 
@@ -653,7 +658,7 @@ func TestAuthAtConnect(t *testing.T) {
 		})
 	}
 	t.Run("token expiring while connected closes with 4001", func(t *testing.T) {
-		c, _, err := dial(t, gw, p.token("u1", "d1", 1500*time.Millisecond))
+		c, _, err := dial(t, gw, p.token("u1", "d1", 3*time.Second)) // expiry is whole seconds: 2-3 s to dial in
 		if err != nil {
 			t.Fatal(err)
 		}

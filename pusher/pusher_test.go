@@ -222,9 +222,13 @@ func TestPushPresenceCacheFollowsConnects(t *testing.T) {
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
-			heard := cache.Heard()
 			st.change()
-			eventually(t, "announcement heard", func() bool { return cache.Heard() > heard })
+			// bob's own announcement, not any: other tests' users are
+			// announced on the same channel.
+			eventually(t, "announcement heard", func() bool {
+				m, err := cache.Lookup(context.Background(), []string{bob})
+				return err == nil && (len(m[bob]) > 0) == st.bobOnline
+			})
 			e.emit(msgEv(s, alice, st.name))
 			want := []int64{}
 			for q := int64(1); q <= st.seq; q++ {

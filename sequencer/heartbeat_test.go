@@ -66,9 +66,9 @@ func TestEndContextKeepsAnsweringCoordinator(t *testing.T) {
 			}
 		}
 	}()
-	ctx, cancel, silent := endContext(context.Background(), w, 500*time.Millisecond, 400*time.Millisecond)
+	ctx, cancel, silent := endContext(context.Background(), w, time.Second, 2*time.Second)
 	defer cancel()
-	<-ctx.Done() // only the deadline (0.9s) can end it
+	<-ctx.Done() // only the deadline (3s) can end it: 2s of silence would take a starved box
 	if silent() {
 		t.Fatal("silent() = true although the coordinator kept answering")
 	}

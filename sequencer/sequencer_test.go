@@ -101,13 +101,20 @@ func TestPartitionMovesAwayAndBack(t *testing.T) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return h.producer(gctx, sessions, 0.1, 2*time.Millisecond) })
 
-	time.Sleep(4 * time.Second)
+	waitPartitions(t, a, "dedup window rebuilt", int(h.partitions), 60*time.Second)
+	assigned := strings.Count(readLog(t, a), `"partition assigned"`)
 	b := h.start("b") // A→B: half the partitions move
-	waitLog(t, b, "partition assigned", 30*time.Second)
-	time.Sleep(4 * time.Second)
+	waitLog(t, b, "dedup window rebuilt", 60*time.Second)
+	time.Sleep(2 * time.Second)
 	b.Stop(20 * time.Second) // B→A: they come back
-	waitLog(t, a, "partition released", 5*time.Second)
-	time.Sleep(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
+	for strings.Count(readLog(t, a), `"partition assigned"`) == assigned {
+		if time.Now().After(deadline) {
+			t.Fatal("A never got the partitions back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(4 * time.Second)
 	cancel()
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
@@ -127,6 +134,53 @@ func TestPartitionMovesAwayAndBack(t *testing.T) {
 			t.Errorf("A rebuilt partition %d %d time(s); it went to B and came back, so want 2", p, rebuilt[p])
 		}
 	}
+}
+
+// waitPartitions waits until p has logged msg for n distinct partitions.
+func waitPartitions(t *testing.T, p *proctest.Proc, msg string, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for len(loggedPartitions(t, p, msg)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s logged %q for %d partitions in %s, want %d", p, msg, len(loggedPartitions(t, p, msg)), timeout, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stopInOpenTransaction stops p (SIGSTOP) at a moment its transactional
+// ID txnID has a transaction open with records in it, trying again a
+// little later when the stop landed between two transactions. It returns
+// when p was stopped.
+func (h *harness) stopInOpenTransaction(t *testing.T, p *proctest.Proc, txnID string) time.Time {
+	t.Helper()
+	adm := kadm.NewClient(h.cl)
+	for try := 0; try < 20; try++ {
+		at := time.Now()
+		p.Signal(syscall.SIGSTOP)
+		if txn := h.describeTxn(t, adm, txnID); txn.State == "Ongoing" && len(txn.Topics) > 0 {
+			return at
+		}
+		p.Signal(syscall.SIGCONT)
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Fatalf("%s: no stop in 20 landed inside an open transaction of %s", p, txnID)
+	return time.Time{}
+}
+
+func (h *harness) describeTxn(t *testing.T, adm *kadm.Client, txnID string) kadm.DescribedTransaction {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := adm.DescribeTransactions(ctx, txnID)
+	if err != nil {
+		t.Fatalf("describe transaction %s: %v", txnID, err)
+	}
+	txn, ok := d[txnID]
+	if !ok || txn.Err != nil {
+		t.Fatalf("transaction %s not described (%v): %+v", txnID, txn.Err, d)
+	}
+	return txn
 }
 
 // loggedPartitions counts, per partition, the lines of p's log with
@@ -163,9 +217,8 @@ func TestPausedInstanceIsFenced(t *testing.T) {
 	g.Go(func() error { return h.producer(gctx, sessions, 0.1, 2*time.Millisecond) })
 	waitLog(t, a, "dedup window rebuilt", 30*time.Second)
 	waitLog(t, b, "dedup window rebuilt", 30*time.Second)
-	time.Sleep(4 * time.Second) // both own partitions and commit
-	stoppedAt := time.Now()
-	a.Signal(syscall.SIGSTOP)
+	time.Sleep(2 * time.Second) // both own partitions and commit
+	stoppedAt := h.stopInOpenTransaction(t, a, "seqflow-sequencer-"+h.group+"-a")
 	time.Sleep(12 * time.Second) // > session timeout: B takes A's partitions
 	a.Signal(syscall.SIGCONT)
 	time.Sleep(6 * time.Second)
@@ -217,20 +270,17 @@ func TestOrderlyStopEndsItsTransaction(t *testing.T) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return h.producer(gctx, h.spread(4), 0.1, 2*time.Millisecond) })
 	waitLog(t, a, "dedup window rebuilt", 30*time.Second)
-	time.Sleep(2500 * time.Millisecond) // inside the third transaction's linger
-	a.Stop(20 * time.Second)
-
+	time.Sleep(time.Second)
 	txnID := "seqflow-sequencer-" + h.group + "-a"
-	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer dcancel()
-	d, err := kadm.NewClient(h.cl).DescribeTransactions(dctx, txnID)
-	if err != nil {
-		t.Fatalf("describe transaction %s: %v", txnID, err)
+	// The stop signal is sent while A is held inside an open transaction,
+	// and handled when A continues.
+	h.stopInOpenTransaction(t, a, txnID)
+	a.Signal(syscall.SIGTERM)
+	a.Signal(syscall.SIGCONT)
+	if !a.Wait(20 * time.Second) {
+		t.Fatalf("%s did not exit within 20s of SIGTERM", a)
 	}
-	txn, ok := d[txnID]
-	if !ok || txn.Err != nil {
-		t.Fatalf("transaction %s not described (%v): %+v", txnID, txn.Err, d)
-	}
+	txn := h.describeTxn(t, kadm.NewClient(h.cl), txnID)
 	t.Logf("after the stop, transaction %s is %s", txnID, txn.State)
 	if txn.State == "Ongoing" {
 		t.Errorf("the stopped instance left its transaction open (Ongoing, started %s ago)",

@@ -156,6 +156,9 @@ func (p *Proc) Stop(timeout time.Duration) {
 	}
 }
 
+// Wait waits up to timeout for the process to exit and says whether it did.
+func (p *Proc) Wait(timeout time.Duration) bool { return p.wait(timeout) }
+
 func (p *Proc) wait(timeout time.Duration) bool {
 	p.mu.Lock()
 	done := p.done
