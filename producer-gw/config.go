@@ -71,7 +71,13 @@ type Config struct {
 	// late seq is still forwarded as a seq_notice, default 2m.
 	NoticeTTL time.Duration
 	// ProduceTimeout: GATEWAY_PRODUCE_TIMEOUT, the bound on Kafka accepting
-	// an uplink before the client gets a retryable "unavailable", default 5s.
+	// an uplink before the client gets a retryable "unavailable", default
+	// 10s: above what a broker's death costs (the controller fences it, 4 s
+	// on the local three-broker stack, then elects new leaders, which the
+	// producer finds within a metadata refresh and a backoff). At 5 s the
+	// uplinks waiting on a dead leader failed just before it was replaced,
+	// and the SDK's resend came a round trip later than the original would
+	// have (chaos run 7d056a8d, fault #4).
 	ProduceTimeout time.Duration
 	// ProduceLinger: GATEWAY_PRODUCE_LINGER, how long the uplink producer
 	// waits for more records before it sends a partition's batch, default
@@ -147,7 +153,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		DevTokenTTL:            e.Duration("GATEWAY_DEV_TOKEN_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
 		AckWait:                e.Duration("GATEWAY_ACK_WAIT", 2*time.Second, 0, 30*time.Second),
 		NoticeTTL:              e.Duration("GATEWAY_NOTICE_TTL", 2*time.Minute, time.Second, time.Hour),
-		ProduceTimeout:         e.Duration("GATEWAY_PRODUCE_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute),
+		ProduceTimeout:         e.Duration("GATEWAY_PRODUCE_TIMEOUT", 10*time.Second, 100*time.Millisecond, time.Minute),
 		ProduceLinger:          e.Duration("GATEWAY_PRODUCE_LINGER", 2*time.Millisecond, 0, time.Second),
 		MaxInFlight:            e.Int("GATEWAY_MAX_IN_FLIGHT", 64, 1, 10_000),
 		RatePerUser:            e.Int("GATEWAY_RATE_PER_USER", 50, 1, 1_000_000),

@@ -37,7 +37,7 @@ func TestGroupWatchCountsOnlyCoordinatorAnswers(t *testing.T) {
 
 func TestEndContextGivesUpOnASilentCoordinator(t *testing.T) {
 	w := newGroupWatch(time.Now().Add(-time.Minute))
-	ctx, cancel, silent := endContext(context.Background(), w, time.Hour, 10*time.Second)
+	ctx, cancel, silent := endContext(context.Background(), w, time.Hour, 10*time.Second, 5*time.Second)
 	defer cancel()
 	select {
 	case <-ctx.Done():
@@ -66,7 +66,7 @@ func TestEndContextKeepsAnsweringCoordinator(t *testing.T) {
 			}
 		}
 	}()
-	ctx, cancel, silent := endContext(context.Background(), w, time.Second, 2*time.Second)
+	ctx, cancel, silent := endContext(context.Background(), w, time.Second, 2*time.Second, 2*time.Second)
 	defer cancel()
 	<-ctx.Done() // only the deadline (3s) can end it: 2s of silence would take a starved box
 	if silent() {
@@ -79,7 +79,7 @@ func TestEndContextKeepsAnsweringCoordinator(t *testing.T) {
 
 func TestEndContextCancelStopsTheWatch(t *testing.T) {
 	w := newGroupWatch(time.Now())
-	ctx, cancel, silent := endContext(context.Background(), w, time.Hour, time.Hour)
+	ctx, cancel, silent := endContext(context.Background(), w, time.Hour, time.Hour, time.Hour)
 	cancel()
 	<-ctx.Done()
 	if silent() {

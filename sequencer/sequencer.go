@@ -540,9 +540,9 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	start := time.Now()
 	// End must not hang on a dead coordinator: past the deadline of
 	// endContext (transaction timeout + session timeout, or at once when
-	// the group coordinator has been silent for a session timeout, see
+	// the group coordinator has been silent for half a session timeout, see
 	// groupWatch) the outcome counts as unknown and the session is rebuilt.
-	endCtx, endCancel, silent := endContext(ctx, s.watch.Load(), s.cfg.TxnTimeout, s.cfg.SessionTimeout)
+	endCtx, endCancel, silent := endContext(ctx, s.watch.Load(), s.cfg.TxnTimeout, s.cfg.SessionTimeout, endSilence(s.cfg.SessionTimeout))
 	committed, endErr := sess.End(endCtx, want)
 	end := time.Now()
 	endCancel()
