@@ -59,51 +59,9 @@ func (p *pending) toNotice(fn func(seqResult), until time.Time) (seqResult, bool
 type waiters struct {
 	mu sync.Mutex
 	m  map[ackKey][]*pending
-	// answered holds the keys the sequencer's SeqAck answered, until the
-	// pusher's copy of the same event comes (see resolveEvent).
-	answered map[ackKey]time.Time
 }
 
-// maxAnswered bounds answered when the pusher's copies stop coming; past
-// it a late copy may answer a quick retry (right seq, duplicate unset).
-const maxAnswered = 1 << 17
-
-// answeredTTL is how long an answered key waits for the pusher's copy.
-const answeredTTL = time.Minute
-
-func newWaiters() *waiters {
-	return &waiters{m: map[ackKey][]*pending{}, answered: map[ackKey]time.Time{}}
-}
-
-// resolveDirect is resolve for the sequencer's SeqAck. What it answered
-// is remembered, so the pusher's later copy of the same event does not
-// answer a retry of the message that arrived in between: that retry is
-// owed its own answer, with duplicate set.
-func (w *waiters) resolveDirect(k ackKey, r seqResult, now time.Time) bool {
-	ok := w.resolve(k, r)
-	if ok && !r.duplicate {
-		w.mu.Lock()
-		if len(w.answered) < maxAnswered {
-			w.answered[k] = now
-		}
-		w.mu.Unlock()
-	}
-	return ok
-}
-
-// resolveEvent is resolve for a sequenced event from the pusher: when the
-// sequencer's SeqAck already answered this key, the event is its late
-// copy and answers nobody.
-func (w *waiters) resolveEvent(k ackKey, r seqResult) bool {
-	w.mu.Lock()
-	if _, ok := w.answered[k]; ok {
-		delete(w.answered, k)
-		w.mu.Unlock()
-		return false
-	}
-	w.mu.Unlock()
-	return w.resolve(k, r)
-}
+func newWaiters() *waiters { return &waiters{m: map[ackKey][]*pending{}} }
 
 func (w *waiters) add(k ackKey, now time.Time) *pending {
 	p := &pending{key: k, started: now, ch: make(chan seqResult, 1)}
@@ -143,16 +101,10 @@ func (w *waiters) resolve(k ackKey, r seqResult) bool {
 	return len(ps) > 0
 }
 
-// sweep forgets notices past their expiry, and answered keys whose
-// pusher copy never came.
+// sweep forgets notices past their expiry.
 func (w *waiters) sweep(now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for k, at := range w.answered {
-		if now.Sub(at) > answeredTTL {
-			delete(w.answered, k)
-		}
-	}
 	for k, ps := range w.m {
 		keep := ps[:0]
 		for _, p := range ps {

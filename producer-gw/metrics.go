@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_gateway_seq_notices_total", Help: "Seqs delivered as seq_notice after an accepted ACK.",
 		}),
 		pushItems: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seqflow_gateway_push_items_total", Help: "Pushed events per recipient connection, by outcome; and the sequencer's seq ACKs (seq_ack: it answered a waiting send, seq_ack_late: nobody waited any more).",
+			Name: "seqflow_gateway_push_items_total", Help: "Pushed events per recipient connection, by outcome.",
 		}, []string{"outcome"}),
 		pushLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "seqflow_gateway_push_batch_lag_seconds", Help: "From the pusher handing a batch over to the gateway receiving it.", Buckets: lat,

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/wire"
@@ -24,47 +23,6 @@ import (
 func TestProtocol(t *testing.T) {
 	p := newPipeline(t)
 	gw := p.gateway(nil)
-
-	t.Run("the sequencer answers message sends at its commit, the pusher's copy comes after", func(t *testing.T) {
-		p.t = t
-		alice, bob := user("alice"), user("bob")
-		a := p.connect(gw, alice, "phone")
-		sid, _ := createGroup(a, bob)
-		items := func(outcome string) float64 {
-			var m dto.Metric
-			_ = gw.g.m.pushItems.WithLabelValues(outcome).Write(&m)
-			return m.GetCounter().GetValue()
-		}
-		direct, late := items("seq_ack"), items("seq_ack_late")
-		var acks []frame
-		for i := 0; i < 20; i++ {
-			id := newID()
-			a.send(sendFrame(sid, id, "hi"))
-			acks = append(acks, a.mustAckOK(id))
-		}
-		// A retry's direct answer says duplicate, with the original's seq.
-		a.send(sendFrame(sid, acks[0].ClientMsgID, "hi"))
-		if again := a.mustAckOK(acks[0].ClientMsgID); !again.Duplicate || again.Seq != acks[0].Seq {
-			t.Fatalf("retry answered %+v, want a duplicate of seq %d", again, acks[0].Seq)
-		}
-		for i := 1; i < len(acks); i++ {
-			if acks[i].Seq != acks[i-1].Seq+1 {
-				t.Fatalf("seqs %d then %d", acks[i-1].Seq, acks[i].Seq)
-			}
-		}
-		// Every send's SeqAck arrives (answering it, or after the pusher's
-		// copy did); most answer first.
-		for deadline := time.Now().Add(10 * time.Second); items("seq_ack")+items("seq_ack_late")-direct-late < 21; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%v of 21 SeqAcks reached the gateway", items("seq_ack")+items("seq_ack_late")-direct-late)
-			}
-		}
-		if got := items("seq_ack") - direct; got < 1 {
-			t.Fatalf("no send of 21 was answered by the sequencer's SeqAck (late %v)", items("seq_ack_late")-late)
-		} else {
-			t.Logf("%v of 21 sends answered by the sequencer's SeqAck", got)
-		}
-	})
 
 	t.Run("send gets ACK with seq, retry gets the same seq", func(t *testing.T) {
 		p.t = t

@@ -29,16 +29,6 @@ func (g *Gateway) onBatch(b *imv1.PushBatch) {
 			d := x.Duplicate
 			g.waiters.resolve(ackKey{d.SessionId, d.ClientMsgId, d.SenderUserId},
 				seqResult{seq: d.Seq, msgID: d.MsgId, serverTs: d.OriginalServerTsMs, duplicate: true})
-		case *imv1.PushItem_Ack:
-			// From the sequencer, at its commit: usually ahead of the
-			// pusher's copy of the same outcome, which then finds nobody.
-			a := x.Ack
-			outcome := "seq_ack_late"
-			if g.waiters.resolveDirect(ackKey{a.SessionId, a.ClientMsgId, a.SenderUserId},
-				seqResult{seq: a.Seq, msgID: a.MsgId, serverTs: a.ServerTsMs, duplicate: a.Duplicate}, g.now()) {
-				outcome = "seq_ack"
-			}
-			g.m.pushItems.WithLabelValues(outcome).Inc()
 		}
 	}
 }
@@ -53,7 +43,7 @@ func (g *Gateway) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient,
 		defer span.End()
 	}
 	g.members.observe(ev)
-	g.waiters.resolveEvent(ackKey{ev.SessionId, ev.ClientMsgId, ev.SenderUserId},
+	g.waiters.resolve(ackKey{ev.SessionId, ev.ClientMsgId, ev.SenderUserId},
 		seqResult{seq: ev.Seq, msgID: ev.MsgId, serverTs: ev.ServerTsMs})
 	var frame []byte
 	for _, r := range recipients {

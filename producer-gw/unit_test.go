@@ -114,38 +114,6 @@ func TestWaiters(t *testing.T) {
 	w := newWaiters()
 	k := ackKey{"s", "c1", "alice"}
 	now := time.Unix(0, 0)
-	t.Run("the pusher's late copy of a SeqAck's event leaves a retry to its own answer", func(t *testing.T) {
-		first := w.add(k, now)
-		if !w.resolveDirect(k, seqResult{seq: 4}, now) {
-			t.Fatal("nobody waiting")
-		}
-		if r := <-first.ch; r.seq != 4 || r.duplicate {
-			t.Fatalf("first got %+v", r)
-		}
-		retry := w.add(k, now) // the same message again, before the pusher's copy
-		if w.resolveEvent(k, seqResult{seq: 4}) {
-			t.Fatal("the late copy answered the retry")
-		}
-		if !w.resolveDirect(k, seqResult{seq: 4, duplicate: true}, now) {
-			t.Fatal("the retry was not waiting")
-		}
-		if r := <-retry.ch; r.seq != 4 || !r.duplicate {
-			t.Fatalf("retry got %+v, want seq 4 as a duplicate", r)
-		}
-		// The copy was consumed: the next event for the key answers again.
-		again := w.add(k, now)
-		if !w.resolveEvent(k, seqResult{seq: 4}) {
-			t.Fatal("an event after the copy answered nobody")
-		}
-		<-again.ch
-		// An answered key whose copy never comes is forgotten.
-		w.add(k, now)
-		w.resolveDirect(k, seqResult{seq: 5}, now)
-		w.sweep(now.Add(2 * answeredTTL))
-		if len(w.answered) != 0 {
-			t.Fatalf("answered keeps %d keys past their TTL", len(w.answered))
-		}
-	})
 	t.Run("resolve reaches the waiter", func(t *testing.T) {
 		p := w.add(k, now)
 		if !w.resolve(k, seqResult{seq: 3}) {

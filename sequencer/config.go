@@ -28,15 +28,6 @@ type Config struct {
 	// the session timeout and a rebalance; an orderly stop still leaves the
 	// group (see internal/eventlog/static.go).
 	StaticMembership bool
-	// RedisAddrs: SEQFLOW_REDIS_ADDR, comma-separated, optional: where the
-	// sequencer publishes direct seq ACKs to gateways (see DirectAcks).
-	RedisAddrs []string
-	// DirectAcks: SEQUENCER_DIRECT_ACKS, default true (needs RedisAddrs):
-	// after each committed transaction, the seqs of its message uplinks go
-	// straight to the gateways they came through, on the push channel
-	// (internal/delivery), instead of waiting for the pusher to read the
-	// events (see acks.go). Best effort: the pusher's copy still answers.
-	DirectAcks bool
 	// Topics: names under SEQFLOW_TOPIC_PREFIX, default no prefix.
 	Topics eventlog.Topics
 	// Group: SEQUENCER_GROUP, default "seqflow-sequencer".
@@ -98,8 +89,6 @@ func LoadConfig(e *config.Env) (Config, error) {
 		PGURL:             e.Required("SEQFLOW_PG_URL"),
 		InstanceID:        e.String("SEQUENCER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
 		StaticMembership:  e.Bool("SEQUENCER_STATIC_MEMBERSHIP", true),
-		RedisAddrs:        e.List("SEQFLOW_REDIS_ADDR", nil),
-		DirectAcks:        e.Bool("SEQUENCER_DIRECT_ACKS", true),
 		Topics:            eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
 		Group:             e.String("SEQUENCER_GROUP", "seqflow-sequencer"),
 		Step:              e.Int("SEQUENCER_STEP", 5000, 1, 1_000_000),

@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/dedup"
-	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/msgid"
 	"github.com/seqflow/seqflow/internal/segment"
@@ -52,7 +50,6 @@ type Sequencer struct {
 
 	instanceHeader kgo.RecordHeader
 	tracer         trace.Tracer
-	acks           *acker // nil: direct seq ACKs off (see acks.go)
 }
 
 // partState is what the sequencer holds for one assigned uplink partition.
@@ -96,14 +93,6 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	if s.cfg.DirectAcks && len(s.cfg.RedisAddrs) > 0 {
-		rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: s.cfg.RedisAddrs})
-		defer rdb.Close()
-		s.acks = newAcker(delivery.NewRedisSender(rdb, delivery.RedisSenderOptions{}).Send, s.reg, s.log)
-		g.Go(func() error { s.acks.run(gctx); return nil })
-	} else {
-		s.log.Info("direct seq ACKs off: the pusher's events answer sends", "SEQUENCER_DIRECT_ACKS", s.cfg.DirectAcks, "redis", len(s.cfg.RedisAddrs) > 0)
-	}
 	g.Go(func() error {
 		err := (&admin.Server{Addr: s.cfg.AdminAddr, Reg: s.reg, Ready: s.readyz}).Run(gctx)
 		if gctx.Err() == nil {
@@ -574,9 +563,6 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		// The outcome is unknown: nothing held in memory can be trusted.
 		return fmt.Errorf("end transaction: %w", endErr)
 	case committed:
-		if s.acks != nil {
-			s.acks.enqueue(b)
-		}
 		b.commit(s)
 		s.m.stageSeconds.WithLabelValues("prepare").Observe(built.Sub(polled).Seconds())
 		s.m.stageSeconds.WithLabelValues("produce").Observe(start.Sub(built).Seconds())
