@@ -37,8 +37,8 @@ type Config struct {
 	// ("host:port" or URL), default empty: tracing off.
 	OTLPEndpoint string
 	// AdminAddr: PUSHER_ADMIN_ADDR for /metrics, /healthz, /readyz, default
-	// 127.0.0.1:9104; "off" disables it (an empty value means the default),
-	// port 0 picks a free port.
+	// 127.0.0.1:9104; empty disables it, as for the other services ("off"
+	// too, which older configs used), port 0 picks a free port.
 	AdminAddr string
 	// Transport: PUSHER_TRANSPORT, how batches reach gateways: "auto" (the
 	// default: a direct TCP stream to gateways that registered a stream
@@ -113,7 +113,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Group:               e.String("PUSHER_GROUP", "seqflow-pusher"),
 		InstanceID:          e.String("PUSHER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
 		StaticMembership:    e.Bool("PUSHER_STATIC_MEMBERSHIP", true),
-		AdminAddr:           e.String("PUSHER_ADMIN_ADDR", "127.0.0.1:9104"),
+		AdminAddr:           e.Optional("PUSHER_ADMIN_ADDR", "127.0.0.1:9104"),
 		OTLPEndpoint:        e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		Transport:           e.String("PUSHER_TRANSPORT", "auto"),
 		ResetOffset:         e.String("PUSHER_RESET_OFFSET", "end"),

@@ -36,6 +36,11 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatalf("overrides: %+v", c)
 			}
 		}},
+		{"empty admin address switches it off, as for the other services", base(map[string]string{"PUSHER_ADMIN_ADDR": ""}), nil, func(t *testing.T, c Config) {
+			if c.AdminAddr != "" {
+				t.Fatalf("admin address %q, want off", c.AdminAddr)
+			}
+		}},
 		{"missing brokers and redis", map[string]string{}, []string{"SEQFLOW_KAFKA_BROKERS is required", "SEQFLOW_REDIS_ADDR is required"}, nil},
 		{"bad values are all reported", base(map[string]string{"PUSHER_SEND_TIMEOUT": "soon", "PUSHER_GATEWAY_QUEUE": "0",
 			"PUSHER_TRANSPORT": "carrier-pigeon", "PUSHER_RESET_OFFSET": "middle", "PUSHER_PRESENCE_CACHE": "maybe",
