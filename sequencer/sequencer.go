@@ -400,22 +400,9 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 // anyway, so waiting longer gains nothing.
 func stopGrace(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
 	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var timer *time.Timer
-	var mu sync.Mutex
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		timer = time.AfterFunc(grace, cancel)
-		mu.Unlock()
-	})
-	return work, func() {
-		stop()
-		mu.Lock()
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-		cancel()
-	}
+	// A grace timer still running after release only cancels again.
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return work, func() { stop(); cancel() }
 }
 
 // leaveGroup takes this static member out of the group after an orderly

@@ -15,21 +15,28 @@ import (
 	"github.com/seqflow/seqflow/internal/stack"
 )
 
+// leaseDB connects to the local stack's PostgreSQL with node_lease
+// migrated; the pool closes with the test.
+func leaseDB(t *testing.T) (*pgxpool.Pool, *slog.Logger) {
+	t.Helper()
+	st := stack.Require(t, "pg")
+	pool, err := pgxpool.New(context.Background(), st.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := migrate.Up(context.Background(), pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	return pool, slog.New(slog.NewTextHandler(os.Stderr, nil))
+}
+
 // TestLeaseAgainstPostgres: two live instances never share a node; a
 // lease taken over is lost for the old holder, whose generator stops; the
 // new holder's IDs start after the old holder's promise.
 func TestLeaseAgainstPostgres(t *testing.T) {
-	st := stack.Require(t, "pg")
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, st.PGURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := migrate.Up(ctx, pool, ""); err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	pool, log := leaseDB(t)
 	a, err := Acquire(ctx, pool, "a-"+uuid.NewString(), 3*time.Second, WallClock, time.Second, log)
 	if err != nil {
 		t.Fatal(err)
@@ -82,17 +89,8 @@ func TestLeaseAgainstPostgres(t *testing.T) {
 // carries its holder's promise; a new holder (a restart) takes a node it
 // need not wait for.
 func TestAcquirePrefersNodeWithoutPromise(t *testing.T) {
-	st := stack.Require(t, "pg")
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, st.PGURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := migrate.Up(ctx, pool, ""); err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	pool, log := leaseDB(t)
 	a, err := Acquire(ctx, pool, "a-"+uuid.NewString(), 30*time.Second, WallClock, time.Second, log)
 	if err != nil {
 		t.Fatal(err)
