@@ -41,6 +41,15 @@ type Config struct {
 	// BatchWait: PERSISTER_BATCH_WAIT, how long a batch waits to fill after
 	// its first record, default 20ms.
 	BatchWait time.Duration
+	// FetchWait: PERSISTER_FETCH_WAIT, how long the broker may hold a fetch
+	// of the persister until it has FetchMinBytes to return, default 100ms;
+	// 0 returns each fetch as soon as anything is there. The persister is
+	// off the path of the ACK and of delivery: reading the log in bites of
+	// up to this age, instead of one fetch and one database transaction per
+	// sequencer transaction, takes most of its and PostgreSQL's CPU off a
+	// busy machine (docs/benchmarks.md), and the store trails the log by up
+	// to this much more.
+	FetchWait time.Duration
 	// Writers: PERSISTER_WRITERS, database transactions run in parallel per
 	// batch (records shared out by a hash of the key, the session), default 2.
 	Writers int
@@ -85,6 +94,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Migrate:          e.Bool("PERSISTER_MIGRATE", true),
 		BatchMax:         e.Int("PERSISTER_BATCH_MAX", 5000, 1, 100_000),
 		BatchWait:        e.Duration("PERSISTER_BATCH_WAIT", 20*time.Millisecond, 0, 10*time.Second),
+		FetchWait:        e.Duration("PERSISTER_FETCH_WAIT", 100*time.Millisecond, 0, 10*time.Second),
 		Writers:          e.Int("PERSISTER_WRITERS", 2, 1, 64),
 		WriteTimeout:     e.Duration("PERSISTER_WRITE_TIMEOUT", 30*time.Second, time.Second, 10*time.Minute),
 		RetryMin:         e.Duration("PERSISTER_RETRY_MIN", 100*time.Millisecond, time.Millisecond, time.Minute),
@@ -117,4 +127,24 @@ func joinErr(a, b error) error {
 		return b
 	}
 	return fmt.Errorf("%w\n%w", a, b)
+}
+
+// fetchMinBytes is what a fetch of the persister waits for at the broker,
+// up to fetchMaxWait: 1 MiB while FetchWait holds fetches back, else
+// anything.
+func (c Config) fetchMinBytes() int32 {
+	if c.FetchWait > 0 {
+		return 1 << 20
+	}
+	return 1
+}
+
+// fetchMaxWait bounds how long the broker holds a fetch: FetchWait, or
+// 100ms (franz-go's default is 5s) when FetchWait is 0 and a fetch returns
+// as soon as anything is there anyway.
+func (c Config) fetchMaxWait() time.Duration {
+	if c.FetchWait > 0 {
+		return c.FetchWait
+	}
+	return 100 * time.Millisecond
 }

@@ -176,7 +176,8 @@ func (p *Persister) runSchema(ctx context.Context, schema string) error {
 		kgo.SessionTimeout(p.cfg.SessionTimeout),
 		kgo.HeartbeatInterval(eventlog.HeartbeatInterval(p.cfg.SessionTimeout)),
 		kgo.RebalanceTimeout(p.cfg.RebalanceTimeout),
-		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.FetchMaxWait(p.cfg.fetchMaxWait()),
+		kgo.FetchMinBytes(p.cfg.fetchMinBytes()),
 		kgo.AdjustFetchOffsetsFn(func(actx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 			return p.resumeOffsets(actx, w, offs)
 		}),
