@@ -21,7 +21,10 @@
 # (create topic, transactional acks=all produce, read_committed consume + offset commit).
 #
 # Environment knobs: SEQFLOW_STACK_TIMEOUT (seconds per wait, default 120),
-# SEQFLOW_KAFKA_HEAP (default "-Xms512m -Xmx1g"), SEQFLOW_KAFKA3_HEAP (default "-Xms256m -Xmx768m").
+# SEQFLOW_KAFKA_HEAP (default "-Xms512m -Xmx1g"), SEQFLOW_KAFKA3_HEAP (default "-Xms256m -Xmx768m"),
+# for experiments: SEQFLOW_KAFKA_GC (the brokers' garbage collector flags, default G1 with a 20 ms
+# pause goal) and SEQFLOW_KAFKA_PROPS (space-separated key=value lines added to every node's
+# server.properties), both read when a node starts.
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -66,8 +69,9 @@ REDIS_LOG=$REDIS_DIR/redis.log
 
 JAVA_TOOL_FLAGS=(-Xms32m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto
   -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true "-Dlog4j2.configurationFile=$KAFKA_SRC/log4j2-tools.properties")
-BROKER_JVM_FLAGS=(-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
-  -XX:+ExplicitGCInvokesConcurrent -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true
+# shellcheck disable=SC2206 # a flag list
+BROKER_GC_FLAGS=(${SEQFLOW_KAFKA_GC:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent})
+BROKER_JVM_FLAGS=(-server "${BROKER_GC_FLAGS[@]}" -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true
   "-Dlog4j2.configurationFile=$KAFKA_SRC/log4j2-broker.properties")
 
 # ---------------------------------------------------------------- helpers
@@ -406,6 +410,10 @@ write_kafka_props() { # node
       # unfenced (18s). One a minute keeps that replay short.
       echo "metadata.log.max.snapshot.interval.ms=60000"
     fi
+    # Extra lines for experiments, e.g. SEQFLOW_KAFKA_PROPS='num.io.threads=2'
+    # (space-separated key=value pairs; a later line wins).
+    local kv
+    for kv in ${SEQFLOW_KAFKA_PROPS:-}; do echo "$kv"; done
   } >"$dir/server.properties.tmp"
   mv -f "$dir/server.properties.tmp" "$dir/server.properties"
 }
