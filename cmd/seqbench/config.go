@@ -44,6 +44,19 @@ type Config struct {
 	// as-fast-as-possible step before the paced one, default true; false
 	// runs only the paced step (its e2e_max_* keys are then absent).
 	E2EMax bool
+	// E2EWarmup: SEQBENCH_E2E_WARMUP, how long the e2e phase drives its
+	// services at FixedRate before it measures anything, default 20s; 0
+	// skips it. A broker started shortly before (a fresh machine's
+	// `go tool task bench`) spends its first minutes compiling its hot
+	// paths, and fresh services their first seconds filling pools and
+	// caches: the warm-up keeps that out of the figures.
+	E2EWarmup time.Duration
+	// WatchCommitted: SEQBENCH_WATCH_COMMITTED, whether a read_committed
+	// consumer of the bench times each event from its server_ts to being
+	// readable during the paced run (the committed_visible stage), default
+	// false: it is one more fetch per sequencer transaction on the broker
+	// being measured, and the pusher's read latency covers the same hop.
+	WatchCommitted bool
 	// E2EInFlight: SEQBENCH_E2E_IN_FLIGHT, each client's window in the
 	// as-fast-as-possible run, default 32.
 	E2EInFlight int
@@ -90,6 +103,8 @@ func LoadConfig(e *config.Env) (Config, error) {
 		E2EDuration:      e.Duration("SEQBENCH_E2E_DURATION", 15*time.Second, time.Second, 5*time.Minute),
 		E2EUsers:         e.Int("SEQBENCH_E2E_USERS", 200, 2, 100_000),
 		E2EMax:           e.Bool("SEQBENCH_E2E_MAX", true),
+		E2EWarmup:        e.Duration("SEQBENCH_E2E_WARMUP", 20*time.Second, 0, 10*time.Minute),
+		WatchCommitted:   e.Bool("SEQBENCH_WATCH_COMMITTED", false),
 		E2EInFlight:      e.Int("SEQBENCH_E2E_IN_FLIGHT", 32, 1, 64),
 		FixedRate:        e.Int("SEQBENCH_FIXED_RATE", 2000, 1, 1_000_000),
 		IdleConns:        e.Int("SEQBENCH_IDLE_CONNS", 20_000, 1, 200_000),
