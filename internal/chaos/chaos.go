@@ -518,13 +518,12 @@ func (s *suite) inject(ctx context.Context, f Fault) FaultResult {
 			begin = func(context.Context) error { p.signal(syscall.SIGSTOP); return nil }
 			end = func(context.Context) error { p.signal(syscall.SIGCONT); return nil }
 		default:
-			begin = func(ctx context.Context) error {
-				if f.Kind == GatewayMidSend {
-					res.InFlight = s.awaitInFlight(ctx, f.Instance%instances)
-				}
-				p.kill()
-				return nil
+			if f.Kind == GatewayMidSend {
+				// The wait for commands in flight comes before the
+				// fault's clock starts: the fault is the kill.
+				res.InFlight = s.awaitInFlight(ctx, f.Instance%instances)
 			}
+			begin = func(context.Context) error { p.kill(); return nil }
 			end = func(context.Context) error { return p.start() }
 		}
 	case f.Kind == KafkaBroker || f.Kind == KafkaCoordinator:
