@@ -149,6 +149,12 @@ func (p *Pusher) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
 		kgo.ProducerLinger(5*time.Millisecond),
+		// A partition this pusher is given is fetched only once the fetch
+		// in flight to its broker returns, and that one waits at the
+		// broker up to this long when nothing new came (franz-go's
+		// default is 5s): a takeover must not stand still that long
+		// (TestTakeoverPushesAtOnce).
+		kgo.FetchMaxWait(100*time.Millisecond),
 		telemetry.KafkaMetrics(p.reg),
 	)
 	if p.cfg.StaticMembership {
