@@ -7,7 +7,10 @@
 //      (this also creates/warms __transaction_state) and committed;
 //   4. the record is read back with isolation.level=read_committed and its offset
 //      committed for group __seqflow_ready (this creates/warms __consumer_offsets);
-//   5. (optional, --full-isr) no partition of any topic is under-replicated or leaderless.
+//   5. (optional, --internal-segment-bytes N) the segment.bytes of __consumer_offsets and
+//      __transaction_state is N, set if it is not (a coordinator that takes over a partition
+//      of them replays it from its last compacted segment: see stack.sh);
+//   6. (optional, --full-isr) no partition of any topic is under-replicated or leaderless.
 // The whole sequence is retried until --timeout seconds have passed.
 // Exit code 0 = ready, 1 = not ready before the deadline, 2 = usage error.
 //
@@ -25,6 +28,9 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ListTopicsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
@@ -39,6 +45,7 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.TopicExistsException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -53,6 +60,7 @@ public final class ReadyProbe {
     private int timeoutSec = 120;
     private int expectBrokers = 0;
     private boolean fullIsr = false;
+    private long internalSegmentBytes = 0;
     private boolean txn = true;
     private boolean quiet = false;
     private long deadlineNanos;
@@ -64,7 +72,7 @@ public final class ReadyProbe {
         } catch (IllegalArgumentException e) {
             System.err.println("ready-probe: " + e.getMessage());
             System.err.println("usage: ReadyProbe --bootstrap host:port[,..] [--rf N] [--min-isr N] [--timeout SEC]"
-                    + " [--expect-brokers N] [--full-isr] [--no-txn] [--quiet]");
+                    + " [--expect-brokers N] [--internal-segment-bytes N] [--full-isr] [--no-txn] [--quiet]");
             System.exit(2);
         }
         System.exit(p.run());
@@ -79,6 +87,7 @@ public final class ReadyProbe {
                 case "--min-isr": minIsr = Integer.parseInt(need(args, ++i, a)); break;
                 case "--timeout": timeoutSec = Integer.parseInt(need(args, ++i, a)); break;
                 case "--expect-brokers": expectBrokers = Integer.parseInt(need(args, ++i, a)); break;
+                case "--internal-segment-bytes": internalSegmentBytes = Long.parseLong(need(args, ++i, a)); break;
                 case "--full-isr": fullIsr = true; break;
                 case "--no-txn": txn = false; break;
                 case "--quiet": quiet = true; break;
@@ -220,6 +229,25 @@ public final class ReadyProbe {
             consumer.commitSync(Map.of(tp, new OffsetAndMetadata(pos)), Duration.ofMillis(stepMs(20000)));
         }
         out.append(", read_committed consume+commit ok");
+
+        if (internalSegmentBytes > 0) {
+            try (Admin admin = Admin.create(ap)) {
+                List<String> topics = txn ? List.of("__consumer_offsets", "__transaction_state") : List.of("__consumer_offsets");
+                int changed = 0;
+                for (String topic : topics) {
+                    ConfigResource r = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+                    Config c = admin.describeConfigs(List.of(r)).all().get(stepMs(15000), TimeUnit.MILLISECONDS).get(r);
+                    ConfigEntry e = c.get("segment.bytes");
+                    if (e != null && String.valueOf(internalSegmentBytes).equals(e.value())) continue;
+                    AlterConfigOp op = new AlterConfigOp(new ConfigEntry("segment.bytes", String.valueOf(internalSegmentBytes)),
+                            AlterConfigOp.OpType.SET);
+                    admin.incrementalAlterConfigs(Map.of(r, List.of(op))).all().get(stepMs(15000), TimeUnit.MILLISECONDS);
+                    changed++;
+                }
+                out.append(", internal topics' segment.bytes ").append(internalSegmentBytes)
+                        .append(changed > 0 ? " (set on " + changed + ")" : "");
+            }
+        }
 
         if (fullIsr) {
             try (Admin admin = Admin.create(ap)) {

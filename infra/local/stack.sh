@@ -53,6 +53,15 @@ K3_BROKERS=127.0.0.1:19101,127.0.0.1:19102,127.0.0.1:19103
 K3_VOTERS=101@127.0.0.1:19201,102@127.0.0.1:19202,103@127.0.0.1:19203
 K3_LAYOUT=dedicated-controllers-1
 K3_NODES=(k3c-1 k3c-2 k3c-3 k3-1 k3-2 k3-3)
+# The segment size of __consumer_offsets and __transaction_state (Kafka's
+# default: 100 MiB). A broker that becomes the group or transaction
+# coordinator of a partition of them replays it before it answers, and only
+# closed segments are ever compacted: with 100 MiB segments it replayed every
+# offset commit and transaction since the topic was made (full chaos run
+# ec4088a9, minute 20: 20,149 records of __consumer_offsets-1 in 1.2 s, one
+# __transaction_state partition in 2.6 s, while the sequencers waited).
+# Set on the brokers (new clusters) and by the readiness probe (existing ones).
+INTERNAL_SEGMENT_BYTES=1048576
 
 PG_DIR=$DATA/pg
 PGDATA_DIR=$PG_DIR/data
@@ -381,6 +390,8 @@ write_kafka_props() { # node
     # zombie: checked each second, the wait is about the transaction timeout.
     echo "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000"
     echo "num.recovery.threads.per.data.dir=1"
+    echo "offsets.topic.segment.bytes=$INTERNAL_SEGMENT_BYTES"
+    echo "transaction.state.log.segment.bytes=$INTERNAL_SEGMENT_BYTES"
     if [[ $node == single ]]; then
       echo "default.replication.factor=1"
       echo "min.insync.replicas=1"
@@ -717,7 +728,7 @@ up_single() {
   pg_up
   redis_up
   kafka_node_wait_started single "$deadline"
-  kafka_probe --bootstrap "127.0.0.1:$K1_PORT" --rf 1 --min-isr 1 --timeout "$TIMEOUT" ||
+  kafka_probe --bootstrap "127.0.0.1:$K1_PORT" --rf 1 --min-isr 1 --timeout "$TIMEOUT" --internal-segment-bytes "$INTERNAL_SEGMENT_BYTES" ||
     probe_fail "$DATA/kafka/single/kafka.log"
   write_env_file "$DATA/local.env" \
     "SEQFLOW_KAFKA_BROKERS=127.0.0.1:$K1_PORT" \
@@ -729,7 +740,8 @@ up_single() {
 
 kafka3_wait_ready() { # expect-brokers full-isr(yes|no)
   local expect=$1 full=$2 args=() logs=() n
-  args=(--bootstrap "$K3_BROKERS" --rf 3 --min-isr 2 --timeout "$TIMEOUT" --expect-brokers "$expect")
+  args=(--bootstrap "$K3_BROKERS" --rf 3 --min-isr 2 --timeout "$TIMEOUT" --expect-brokers "$expect"
+    --internal-segment-bytes "$INTERNAL_SEGMENT_BYTES")
   [[ $full == yes ]] && args+=(--full-isr)
   for n in "${K3_NODES[@]}"; do logs+=("$DATA/kafka/$n/kafka.log"); done
   kafka_probe "${args[@]}" || probe_fail "${logs[@]}"
