@@ -84,7 +84,8 @@ type Config struct {
 	Doc string
 	// CPUProfile: SEQBENCH_CPUPROFILE, when set, a CPU profile of this
 	// process (the load generator and its clients) during the e2e phase
-	// is written there; default none.
+	// is written there, and one of the fanout phase with ".fanout" added;
+	// default none.
 	CPUProfile string
 	// JSON: SEQBENCH_JSON, the report, default .data/reports/bench.json.
 	JSON string

@@ -23,17 +23,11 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 		return err
 	}
 	defer s.stop()
-	if b.cfg.CPUProfile != "" {
-		f, err := os.Create(b.path(b.cfg.CPUProfile))
-		if err != nil {
-			return fmt.Errorf("create CPU profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("start CPU profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := b.startProfile("")
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	users := b.cfg.E2EUsers
 	base := load.Options{
 		Gateways: []string{"ws://" + b.gatewayAddr()}, Secret: benchSecret,
@@ -201,4 +195,22 @@ func warmupNote(d time.Duration, rate int) string {
 		return "No warm-up ran before them (SEQBENCH_E2E_WARMUP=0)."
 	}
 	return fmt.Sprintf("Before them the same services ran %s at %d msg/s, not\nmeasured (SEQBENCH_E2E_WARMUP), so a broker or service started shortly\nbefore is past its start-up.", d, rate)
+}
+
+// startProfile starts a CPU profile of this process (the load generator
+// and its clients) when SEQBENCH_CPUPROFILE is set, written there with
+// suffix added; the returned func stops it.
+func (b *Bench) startProfile(suffix string) (func(), error) {
+	if b.cfg.CPUProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(b.path(b.cfg.CPUProfile + suffix))
+	if err != nil {
+		return nil, fmt.Errorf("create CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start CPU profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -28,6 +28,11 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 		return err
 	}
 	defer s.stop()
+	stopProfile, err := b.startProfile(".fanout")
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	signer, err := auth.NewHS256Signer([]byte(benchSecret))
 	if err != nil {
 		return fmt.Errorf("token signer: %w", err)
