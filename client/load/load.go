@@ -256,7 +256,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 }
 
 // setup creates the sessions and waits until every member holds the
-// session's first event: then its gateway knows the membership.
+// session's first event, or a cursor of the session: then its gateway
+// knows the membership. (Under SkipHistory a client whose catch-up finds
+// the new session before its first event arrives starts the session at
+// its latest seq, and that event is never handed over; setup used to wait
+// its 60 s out for it.)
 func (r *run) setup(ctx context.Context, runErrs chan error) error {
 	o := r.o
 	rnd := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 7))
@@ -317,14 +321,12 @@ func (r *run) setup(ctx context.Context, runErrs chan error) error {
 	}
 	r.mu.Unlock()
 	for {
-		r.mu.Lock()
 		ready := 0
 		for _, s := range plan {
-			if len(r.created[s.id]) == len(s.members) {
+			if r.membersHold(s) {
 				ready++
 			}
 		}
-		r.mu.Unlock()
 		if ready == len(plan) {
 			return nil
 		}
@@ -337,6 +339,25 @@ func (r *run) setup(ctx context.Context, runErrs chan error) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// membersHold says whether every member of s was handed its
+// session_create or holds a cursor of it.
+func (r *run) membersHold(s *session) bool {
+	var missing []int
+	r.mu.Lock()
+	for _, m := range s.members {
+		if !r.created[s.id][m] {
+			missing = append(missing, m)
+		}
+	}
+	r.mu.Unlock()
+	for _, m := range missing {
+		if r.clients[m].Cursors()[s.id] < 1 {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *run) body(n int64) client.Content {

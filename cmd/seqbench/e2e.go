@@ -145,12 +145,8 @@ engineers' work on the shared machine):
 }
 
 // runLoad runs load.Run, up to twice more when it fails before sending
-// anything. Its setup can miss a direct session's session_create: a
-// recipient whose connection's catch-up (changes) already sees the new
-// session starts it at its max_seq under SkipHistory
-// (client/tracker.go catchUp), so the create is never handed over and
-// setup waits its 60 s out. That is a flaw of the run's setup, not a lost
-// message; a fresh set of users usually gets through.
+// anything (its setup did not see every session reach every member in
+// 60 s): a fresh set of users usually gets through.
 func runLoad(ctx context.Context, o load.Options) (load.Report, error) {
 	var rep load.Report
 	var err error
