@@ -51,6 +51,12 @@ type Config struct {
 	// paths, and fresh services their first seconds filling pools and
 	// caches: the warm-up keeps that out of the figures.
 	E2EWarmup time.Duration
+	// PacedRuns: SEQBENCH_E2E_PACED_RUNS, how many times the run paced at
+	// FixedRate is repeated (each with fresh users and sessions), default
+	// 3; its latency keys are the medians. On this shared 2-core box two
+	// runs in a row differed by a factor of two in ACK p99 (68.9 and 143
+	// ms, docs/benchmarks.md), more than any change being measured.
+	PacedRuns int
 	// WatchCommitted: SEQBENCH_WATCH_COMMITTED, whether a read_committed
 	// consumer of the bench times each event from its server_ts to being
 	// readable during the paced run (the committed_visible stage), default
@@ -106,6 +112,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		E2EMax:           e.Bool("SEQBENCH_E2E_MAX", true),
 		E2EWarmup:        e.Duration("SEQBENCH_E2E_WARMUP", 20*time.Second, 0, 10*time.Minute),
 		WatchCommitted:   e.Bool("SEQBENCH_WATCH_COMMITTED", false),
+		PacedRuns:        e.Int("SEQBENCH_E2E_PACED_RUNS", 3, 1, 20),
 		E2EInFlight:      e.Int("SEQBENCH_E2E_IN_FLIGHT", 32, 1, 64),
 		FixedRate:        e.Int("SEQBENCH_FIXED_RATE", 2000, 1, 1_000_000),
 		IdleConns:        e.Int("SEQBENCH_IDLE_CONNS", 20_000, 1, 200_000),

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqflow/seqflow/client/load"
 	"github.com/seqflow/seqflow/internal/config"
 )
 
@@ -206,5 +207,23 @@ func TestCPUTable(t *testing.T) {
 				t.Fatalf("rows not sorted by CPU:\n%s", got)
 			}
 		})
+	}
+}
+
+func TestMedianReport(t *testing.T) {
+	reps := []load.Report{
+		{Sent: 10, Acked: 10, AckP50Ms: 30, AckP99Ms: 143, DeliverP999Ms: 194, RateMsgsPerS: 1999, Errors: map[string]int64{"x": 1}},
+		{Sent: 11, Acked: 11, Lost: 1, AckP50Ms: 15, AckP99Ms: 69, DeliverP999Ms: 103, RateMsgsPerS: 2000},
+		{Sent: 12, Acked: 12, AckP50Ms: 20, AckP99Ms: 90, DeliverP999Ms: 120, RateMsgsPerS: 1998, Errors: map[string]int64{"x": 2}},
+	}
+	got := medianReport(reps)
+	if got.AckP50Ms != 20 || got.AckP99Ms != 90 || got.DeliverP999Ms != 120 || got.RateMsgsPerS != 1999 {
+		t.Fatalf("medians: %+v", got)
+	}
+	if got.Sent != 33 || got.Acked != 33 || got.Lost != 1 || got.Errors["x"] != 3 {
+		t.Fatalf("sums: %+v", got)
+	}
+	if two := medianReport(reps[:2]); two.AckP99Ms != 106 {
+		t.Fatalf("median of two p99s: %v, want their mean 106", two.AckP99Ms)
 	}
 }
