@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Where the local single-node broker spends its time while something else
+# drives it (for example a paced run of seqbench):
+#
+#   infra/local/kafka-profile.sh [SECONDS]      default 10
+#
+# For SECONDS it records, on the running broker of infra/local/stack.sh:
+#   - requests per second by type (the broker's own RequestMetrics counts,
+#     read over JMX before and after; the JMX agent is started on
+#     127.0.0.1:19999 through jcmd if it is not running yet);
+#   - a Java Flight Recorder profile (execution samples every 2 ms): the
+#     share of samples per thread group and the methods found most often
+#     on the sampled stacks;
+#   - its garbage collections: how many, the longest and the total pause.
+# Needs the JDK's jcmd and jfr (stack.sh installs the JDK) and python3.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+secs=${1:-10}
+pid=$(cat "$root/.data/kafka/single/kafka.pid" 2>/dev/null || true)
+[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || { echo "kafka-profile: the single broker is not running (infra/local/stack.sh up)" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+jmx=service:jmx:rmi:///jndi/rmi://127.0.0.1:19999/jmxrmi
+if ! (exec 3<>/dev/tcp/127.0.0.1/19999) 2>/dev/null; then
+  jcmd "$pid" ManagementAgent.start jmxremote.port=19999 jmxremote.rmi.port=19999 jmxremote.host=127.0.0.1 \
+    jmxremote.authenticate=false jmxremote.ssl=false >/dev/null
+fi
+counts() { # -> "request count" lines
+  java -cp "$root/.data/kafka/libs/*" org.apache.kafka.tools.JmxTool --jmx-url "$jmx" --one-time true \
+    --object-name 'kafka.network:type=RequestMetrics,name=RequestsPerSec,request=*,version=*' \
+    --attributes Count --report-format properties 2>/dev/null |
+    sed -nE 's/.*request=([A-Za-z]+),version=[0-9]+:Count=([0-9]+).*/\1 \2/p'
+}
+cat >"$work/p.jfc" <<'EOF'
+<?xml version="1.0" encoding="UTF-8"?>
+<configuration version="2.0">
+  <event name="jdk.ExecutionSample"><setting name="enabled">true</setting><setting name="period">2 ms</setting></event>
+  <event name="jdk.GarbageCollection"><setting name="enabled">true</setting><setting name="threshold">0 ms</setting></event>
+</configuration>
+EOF
+counts >"$work/before"
+jcmd "$pid" JFR.start name=seqflow-profile settings="$work/p.jfc" filename="$work/k.jfr" duration="${secs}s" >/dev/null
+sleep "$secs"
+counts >"$work/after"
+for _ in 1 2 3 4 5 6 7 8 9 10; do [[ -s $work/k.jfr ]] && break; sleep 1; done
+jfr print --json --events jdk.ExecutionSample,jdk.GarbageCollection "$work/k.jfr" >"$work/k.json"
+python3 - "$work" "$secs" <<'PY'
+import collections, json, re, sys
+work, secs = sys.argv[1], float(sys.argv[2])
+def load(f):
+    c = collections.Counter()
+    for line in open(f):
+        k, v = line.split()
+        c[k] += int(v)
+    return c
+b, a = load(work + "/before"), load(work + "/after")
+print(f"requests per second over {secs:.0f} s (the broker's RequestMetrics):")
+rates = {k: (a[k] - b[k]) / secs for k in a}
+for k, v in sorted(rates.items(), key=lambda x: -x[1]):
+    if v >= 0.5:
+        print(f"  {k:28s} {v:9.1f}")
+print(f"  {'total':28s} {sum(rates.values()):9.1f}")
+ev = json.load(open(work + "/k.json"))["recording"]["events"]
+samples = [e for e in ev if e["type"] == "jdk.ExecutionSample"]
+gcs = [e for e in ev if e["type"] == "jdk.GarbageCollection"]
+threads, methods = collections.Counter(), collections.Counter()
+for e in samples:
+    t = e["values"]["sampledThread"]
+    threads[re.sub(r"\d+", "N", t.get("javaName") or t.get("osName") or "?")] += 1
+    st = e["values"]["stackTrace"]
+    seen = set()
+    for f in (st["frames"] if st else []):
+        m = f["method"]
+        seen.add(m["type"]["name"].split("/")[-1].split(".")[-1] + "." + m["name"])
+    for m in seen:
+        methods[m] += 1
+n = max(len(samples), 1)
+print(f"\nJava execution samples: {len(samples)}; share by thread group:")
+for k, v in threads.most_common(8):
+    print(f"  {100 * v / n:5.1f}%  {k}")
+print("methods on the most sampled stacks (share of samples):")
+shown = 0
+for k, v in methods.most_common():
+    if shown == 15:
+        break
+    if k.split(".")[-1] in ("run", "invoke", "apply", "execute", "accept", "get", "handle", "doWork", "poll"):
+        continue
+    print(f"  {100 * v / n:5.1f}%  {k}")
+    shown += 1
+def ms(d):
+    m = re.match(r"PT(?:(\d+)M)?([\d.]+)S", d or "")
+    return (int(m.group(1) or 0) * 60 + float(m.group(2))) * 1000 if m else 0.0
+pauses = [ms(g["values"].get("sumOfPauses")) for g in gcs]
+if pauses:
+    print(f"\ngarbage collections: {len(pauses)} in {secs:.0f} s, pauses total {sum(pauses):.0f} ms, longest {max(pauses):.1f} ms")
+else:
+    print("\ngarbage collections: none")
+PY
