@@ -61,6 +61,10 @@ type Options struct {
 	// UserPrefix names the users (<prefix>-u0001...); default a random
 	// "ld<hex>" so runs never share sessions.
 	UserPrefix string
+	// Timeline keeps, for every acked message, when it was scheduled and
+	// how long its ACK took (Report.Timeline), to see how latency moves
+	// over the run. Default false.
+	Timeline bool
 	// Progress, when set, gets a one-line progress bar redrawn with \r.
 	Progress io.Writer
 	// Logger gets the clients' connection events. Default: discard.
@@ -176,6 +180,7 @@ type run struct {
 	msgs      map[string]*sent // client_msg_id → message
 	ackMs     []float64
 	deliverMs []float64
+	timeline  []TimelinePoint
 	lastSeq   []map[string]int64 // per recipient: session → last seq handed over
 	created   map[string]map[int]bool
 	errs      map[string]int64
@@ -503,6 +508,9 @@ func (r *run) onFinish(p *client.Pending) {
 	}
 	r.acked++
 	r.ackMs = append(r.ackMs, ms(time.Since(m.at)))
+	if r.o.Timeline {
+		r.timeline = append(r.timeline, TimelinePoint{At: m.at, AckMs: r.ackMs[len(r.ackMs)-1]})
+	}
 	r.signal()
 }
 

@@ -77,6 +77,48 @@ type Report struct {
 	// the plot.
 	AckSamples     []float64 `json:"-"`
 	DeliverSamples []float64 `json:"-"`
+	// Timeline is every acked message's scheduled time and ACK latency,
+	// in ACK order, when Options.Timeline is set.
+	Timeline []TimelinePoint `json:"-"`
+}
+
+// TimelinePoint is one acked message: when it was scheduled, and how many
+// ms later its ACK came.
+type TimelinePoint struct {
+	At    time.Time
+	AckMs float64
+}
+
+// WindowMedians groups tl by the scheduled time into windows of width,
+// from the first, and returns each non-empty window's median ACK latency
+// in time order.
+func WindowMedians(tl []TimelinePoint, width time.Duration) []float64 {
+	if len(tl) == 0 || width <= 0 {
+		return nil
+	}
+	start := tl[0].At
+	for _, p := range tl {
+		if p.At.Before(start) {
+			start = p.At
+		}
+	}
+	byWin := map[int64][]float64{}
+	var wins []int64
+	for _, p := range tl {
+		w := int64(p.At.Sub(start) / width)
+		if byWin[w] == nil {
+			wins = append(wins, w)
+		}
+		byWin[w] = append(byWin[w], p.AckMs)
+	}
+	slices.Sort(wins)
+	out := make([]float64, 0, len(wins))
+	for _, w := range wins {
+		v := byWin[w]
+		slices.Sort(v)
+		out = append(out, Quantile(v, 0.5))
+	}
+	return out
 }
 
 func (r *run) report(sendSecs float64) Report {
@@ -104,6 +146,7 @@ func (r *run) report(sendSecs float64) Report {
 	if sendSecs > 0 {
 		rep.RateMsgsPerS = float64(r.acked) / sendSecs
 	}
+	rep.Timeline = slices.Clone(r.timeline)
 	rep.AckSamples = slices.Clone(r.ackMs)
 	rep.DeliverSamples = slices.Clone(r.deliverMs)
 	slices.Sort(rep.AckSamples)

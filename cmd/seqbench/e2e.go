@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -78,6 +80,7 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 
 	fixO := base
 	fixO.Rate = float64(b.cfg.FixedRate)
+	fixO.Timeline = true
 	cpu0 := takeCPU(named)
 	snap0 := s.snapMetrics(ctx)
 	var watch *committedWatch
@@ -88,6 +91,7 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 	}
 	var reps []load.Report
 	var acked int64
+	var timeNotes []string
 	for i := 0; i < b.cfg.PacedRuns; i++ {
 		rep, err := runLoad(ctx, fixO)
 		if err != nil {
@@ -96,6 +100,7 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 		if rep.Sent > 0 {
 			reps = append(reps, rep)
 			acked += rep.Acked
+			timeNotes = append(timeNotes, b.timelineNote(i+1, rep.Timeline))
 		}
 		if err != nil || ctx.Err() != nil {
 			break
@@ -144,6 +149,12 @@ event over. Latency counts from the scheduled send time. %s
 |---|---|---|---|---|---|---|---|---|---|
 %s
 
+How the ACK latency moved through each paced run: the median of the
+messages scheduled in each 100 ms of it (each run's messages, one line
+per message, in `+"`.data/bench/e2e-paced-<run>.tsv`"+`):
+
+%s
+
 Where the time went in the runs paced at %d msg/s, stage by stage: each
 service's histogram, read from its /metrics just before the first and just
 after the last (setup, send and drain), quantiles interpolated inside buckets of
@@ -155,7 +166,7 @@ Where the CPU went (all processes of the box, grouped; "other" is other
 engineers' work on the shared machine):
 
 %s
-`, b.cfg.Partitions, users, users/2, b.cfg.E2EDuration, warmupNote(b.cfg.E2EWarmup, b.cfg.FixedRate), joinLines(rows), b.cfg.FixedRate, stageTable(stageRs)+"\n"+strings.Join(counts, "; ")+"\n", strings.Join(cpuNotes, "\n")))
+`, b.cfg.Partitions, users, users/2, b.cfg.E2EDuration, warmupNote(b.cfg.E2EWarmup, b.cfg.FixedRate), joinLines(rows), strings.Join(timeNotes, "\n"), b.cfg.FixedRate, stageTable(stageRs)+"\n"+strings.Join(counts, "; ")+"\n", strings.Join(cpuNotes, "\n")))
 	}
 	return errors.Join(append(errs, s.exited())...)
 }
@@ -258,4 +269,32 @@ func medianReport(reps []load.Report) load.Report {
 		}
 	}
 	return out
+}
+
+// timelineNote summarises paced run n's ACK latency per 100 ms of send
+// time, and writes the run's points to the log directory.
+func (b *Bench) timelineNote(n int, tl []load.TimelinePoint) string {
+	if len(tl) == 0 {
+		return fmt.Sprintf("- run %d: no ACKs", n)
+	}
+	var buf strings.Builder
+	buf.WriteString("scheduled_unix_ms\tack_ms\n")
+	for _, p := range tl {
+		fmt.Fprintf(&buf, "%d\t%.2f\n", p.At.UnixMilli(), p.AckMs)
+	}
+	path := filepath.Join(b.logDir, fmt.Sprintf("e2e-paced-%d.tsv", n))
+	if err := os.WriteFile(path, []byte(buf.String()), 0o644); err != nil {
+		b.log.Warn("write the paced run's timeline", "path", path, "err", err)
+	}
+	w := load.WindowMedians(tl, 100*time.Millisecond)
+	sorted := slices.Clone(w)
+	slices.Sort(sorted)
+	over := 0
+	for _, v := range w {
+		if v > 30 {
+			over++
+		}
+	}
+	return fmt.Sprintf("- run %d: %d windows; their medians from %s to %s ms (10th / 50th / 90th percentile of the windows %s / %s / %s ms); %d%% of the windows had a median over 30 ms",
+		n, len(w), num(sorted[0]), num(sorted[len(sorted)-1]), num(load.Quantile(sorted, 0.1)), num(load.Quantile(sorted, 0.5)), num(load.Quantile(sorted, 0.9)), 100*over/len(w))
 }

@@ -2,7 +2,7 @@
 # Where the local single-node broker spends its time while something else
 # drives it (for example a paced run of seqbench):
 #
-#   infra/local/kafka-profile.sh [SECONDS]      default 10
+#   infra/local/kafka-profile.sh [SECONDS]      default 10; 0: only the JIT line below
 #
 # For SECONDS it records, on the running broker of infra/local/stack.sh:
 #   - requests per second by type (the broker's own RequestMetrics counts,
@@ -11,13 +11,28 @@
 #   - a Java Flight Recorder profile (execution samples every 2 ms): the
 #     share of samples per thread group and the methods found most often
 #     on the sampled stacks;
-#   - its garbage collections: how many, the longest and the total pause.
+#   - its garbage collections: how many, the longest and the total pause;
+#   - and, since the broker started, the CPU time of its JIT compiler
+#     threads against its whole CPU time (/proc/<pid>/task/*/stat): a
+#     broker compiles its hot paths for minutes after a start.
 # Needs the JDK's jcmd and jfr (stack.sh installs the JDK) and python3.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 secs=${1:-10}
 pid=$(cat "$root/.data/kafka/single/kafka.pid" 2>/dev/null || true)
 [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || { echo "kafka-profile: the single broker is not running (infra/local/stack.sh up)" >&2; exit 1; }
+jit_ticks=0 all_ticks=0
+for t in /proc/"$pid"/task/*; do
+  # fields 14 and 15 (utime, stime) counted from the end of "(comm)", which may hold spaces
+  rest=$(sed -E 's/^.*\) //' "$t/stat")
+  read -r -a f <<<"$rest"
+  ticks=$((f[11] + f[12]))
+  all_ticks=$((all_ticks + ticks))
+  case $(cat "$t/comm") in C1\ CompilerThre* | C2\ CompilerThre*) jit_ticks=$((jit_ticks + ticks)) ;; esac
+done
+hz=$(getconf CLK_TCK)
+echo "since the broker started: $((all_ticks / hz)) CPU-s in all, of them $((jit_ticks / hz)) CPU-s in its JIT compiler threads"
+[[ $secs == 0 ]] && exit 0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 jmx=service:jmx:rmi:///jndi/rmi://127.0.0.1:19999/jmxrmi
@@ -55,7 +70,8 @@ def load(f):
     return c
 b, a = load(work + "/before"), load(work + "/after")
 print(f"requests per second over {secs:.0f} s (the broker's RequestMetrics):")
-rates = {k: (a[k] - b[k]) / secs for k in a}
+# FetchConsumer and FetchFollower are Fetch again, split by who asked.
+rates = {k: (a[k] - b[k]) / secs for k in a if k not in ("FetchConsumer", "FetchFollower")}
 for k, v in sorted(rates.items(), key=lambda x: -x[1]):
     if v >= 0.5:
         print(f"  {k:28s} {v:9.1f}")
