@@ -15,8 +15,8 @@ const clkTck = 100
 // cpuSnapshot is CPU seconds used so far, by group of processes, plus the
 // whole machine's busy and total seconds from /proc/stat.
 type cpuSnapshot struct {
-	byGroup     map[string]float64
-	busy, total float64
+	byGroup            map[string]float64
+	busy, total, steal float64
 }
 
 // takeCPU reads every process's user+system time and sums it by group:
@@ -74,6 +74,9 @@ func takeCPU(named map[int]string) cpuSnapshot {
 			if j != 3 && j != 4 { // idle, iowait
 				s.busy += x / clkTck
 			}
+			if j == 7 { // steal: runnable, but the hypervisor ran another guest
+				s.steal += x / clkTck
+			}
 		}
 	}
 	return s
@@ -98,7 +101,8 @@ func cpuTable(before, after cpuSnapshot, msgs float64) string {
 	sort.Slice(rows, func(i, j int) bool { return rows[i].secs > rows[j].secs })
 	var b strings.Builder
 	busy, total := after.busy-before.busy, after.total-before.total
-	fmt.Fprintf(&b, "Machine busy %.0f%% of %.0f CPU-seconds (`/proc/stat`) during the run.\n\n", 100*busy/max(total, 1e-9), total)
+	steal := after.steal - before.steal
+	fmt.Fprintf(&b, "Machine busy %.0f%% of %.0f CPU-seconds (`/proc/stat`) during the run; %.1f%% of them stolen by the hypervisor for other guests (steal).\n\n", 100*busy/max(total, 1e-9), total, 100*steal/max(total, 1e-9))
 	b.WriteString("| process group | CPU s | share of CPU used | CPU ms per 1,000 msgs |\n|---|---|---|---|\n")
 	for _, r := range rows {
 		per := "—"
