@@ -353,8 +353,12 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 	// end (see stopGrace) instead of leaving its transaction open.
 	work, stopWork := stopGrace(ctx, s.cfg.TxnTimeout)
 	defer stopWork()
+	var lastPolled time.Time // the last transaction's poll (SEQUENCER_TXN_FLOOR)
 	for {
-		fetches, polled := s.poll(ctx, sess)
+		fetches, polled := s.poll(ctx, sess, lastPolled)
+		if fetches.NumRecords() > 0 {
+			lastPolled = polled
+		}
 		if ctx.Err() != nil {
 			s.log.Info("stopped with its last batch ended")
 			return ctx.Err()
@@ -421,23 +425,50 @@ func (s *Sequencer) leaveGroup(member string) {
 // fetch without waiting, the fetch that taking it started is waited for
 // up to MergeWait and joined to the batch: the records that arrived during
 // the previous transaction go into this one.
-func (s *Sequencer) poll(ctx context.Context, sess *kgo.GroupTransactSession) (kgo.Fetches, time.Time) {
+func (s *Sequencer) poll(ctx context.Context, sess *kgo.GroupTransactSession, prev time.Time) (kgo.Fetches, time.Time) {
 	start := time.Now()
 	fetches := sess.PollRecords(ctx, s.cfg.MaxPollRecords)
 	polled := time.Now()
 	n := fetches.NumRecords()
-	if s.cfg.MergeWait <= 0 || ctx.Err() != nil || n == 0 || n >= s.cfg.MaxPollRecords || polled.Sub(start) > bufferedPoll {
+	if ctx.Err() != nil || n == 0 || n >= s.cfg.MaxPollRecords {
 		return fetches, polled
 	}
-	mctx, cancel := context.WithTimeout(ctx, s.cfg.MergeWait)
-	more := sess.PollRecords(mctx, s.cfg.MaxPollRecords-n)
-	cancel()
-	if more.NumRecords() == 0 {
-		s.m.merges.WithLabelValues("none").Inc()
+	if s.cfg.MergeWait > 0 && polled.Sub(start) <= bufferedPoll {
+		mctx, cancel := context.WithTimeout(ctx, s.cfg.MergeWait)
+		more := sess.PollRecords(mctx, s.cfg.MaxPollRecords-n)
+		cancel()
+		if more.NumRecords() == 0 {
+			s.m.merges.WithLabelValues("none").Inc()
+		} else {
+			s.m.merges.WithLabelValues("merged").Inc()
+			fetches, polled, n = mergeFetches(fetches, more), time.Now(), n+more.NumRecords()
+		}
+	}
+	return s.gatherToFloor(ctx, sess, prev, fetches, polled, n)
+}
+
+// gatherToFloor polls on until SEQUENCER_TXN_FLOOR has passed since the
+// previous transaction's poll (prev), or a transaction's worth of records
+// is in, and joins what comes to fetches.
+func (s *Sequencer) gatherToFloor(ctx context.Context, sess *kgo.GroupTransactSession, prev time.Time, fetches kgo.Fetches, polled time.Time, n int) (kgo.Fetches, time.Time) {
+	if s.cfg.TxnFloor <= 0 || prev.IsZero() {
 		return fetches, polled
 	}
-	s.m.merges.WithLabelValues("merged").Inc()
-	return mergeFetches(fetches, more), time.Now()
+	until := prev.Add(s.cfg.TxnFloor)
+	for n < s.cfg.MaxPollRecords && time.Now().Before(until) {
+		fctx, cancel := context.WithDeadline(ctx, until)
+		more := sess.PollRecords(fctx, s.cfg.MaxPollRecords-n)
+		cancel()
+		// merged even without records: an error other than the wait's
+		// own context error must reach the caller's checks.
+		fetches = mergeFetches(fetches, more)
+		if ctx.Err() != nil || more.NumRecords() == 0 {
+			break
+		}
+		n += more.NumRecords()
+		polled = time.Now()
+	}
+	return fetches, polled
 }
 
 // bufferedPoll is how fast a PollRecords that found a fetch already
