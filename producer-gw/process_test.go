@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"net/http"
 	"syscall"
 	"testing"
@@ -138,15 +136,7 @@ func waitExit(t *testing.T, p *proctest.Proc) {
 	}
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return fmt.Sprintf("127.0.0.1:%d", ln.Addr().(*net.TCPAddr).Port)
-}
+func freeAddr(t testing.TB) string { return proctest.FreeAddr(t) }
 
 // TestShutdownAnswersInFlight: a send waiting for its seq when shutdown
 // starts is answered (here "accepted": no sequencer runs) before the

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,15 +20,7 @@ import (
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t testing.TB) string { return proctest.FreeAddr(t) }
 
 // startProc runs the pusher binary for e and waits for /readyz.
 func (e *env) startProc(name string) (*proctest.Proc, string) {

@@ -4,47 +4,14 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"maps"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/proctest"
 )
-
-func TestConfigTxnFloor(t *testing.T) {
-	base := map[string]string{"SEQFLOW_KAFKA_BROKERS": "127.0.0.1:1", "SEQFLOW_PG_URL": "postgres://x"}
-	for _, tc := range []struct {
-		value string
-		want  time.Duration
-		bad   bool
-	}{
-		{"", 12 * time.Millisecond, false},
-		{"0", 0, false},
-		{"40ms", 40 * time.Millisecond, false},
-		{"2s", 0, true},
-		{"-1ms", 0, true},
-	} {
-		t.Run(tc.value, func(t *testing.T) {
-			env := maps.Clone(base)
-			if tc.value != "" {
-				env["SEQUENCER_TXN_FLOOR"] = tc.value
-			}
-			cfg, err := LoadConfig(config.FromMap(env))
-			switch {
-			case tc.bad && (err == nil || !strings.Contains(err.Error(), "SEQUENCER_TXN_FLOOR")):
-				t.Fatalf("want an error naming SEQUENCER_TXN_FLOOR, got %v", err)
-			case !tc.bad && err != nil:
-				t.Fatal(err)
-			case !tc.bad && cfg.TxnFloor != tc.want:
-				t.Fatalf("TxnFloor %v, want %v", cfg.TxnFloor, tc.want)
-			}
-		})
-	}
-}
 
 // TestTxnFloorGathersRecords sends one session's messages 10 ms apart to a
 // sequencer with SEQUENCER_TXN_FLOOR=400ms and to one with the floor off,
@@ -61,7 +28,7 @@ func TestTxnFloorGathersRecords(t *testing.T) {
 		floor time.Duration
 	}{{"floor", floor}, {"off", 0}} {
 		h := newHarness(t, 1)
-		admin := freeAdminAddr(t)
+		admin := proctest.FreeAddr(t)
 		p := h.start("a", "SEQUENCER_TXN_FLOOR="+tc.floor.String(), "SEQUENCER_ADMIN_ADDR="+admin)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		sess := h.session(0)
@@ -99,16 +66,6 @@ func TestTxnFloorGathersRecords(t *testing.T) {
 		}
 		p.Stop(10 * time.Second)
 	}
-}
-
-func freeAdminAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // transactions reads the count of committed batches from the sequencer's

@@ -8,7 +8,6 @@ package clienttest
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -156,15 +155,7 @@ func (g *Gateway) WaitListening(t *testing.T) {
 }
 
 // FreeAddr returns a 127.0.0.1 address with a port free a moment ago.
-func FreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func FreeAddr(t *testing.T) string { return proctest.FreeAddr(t) }
 
 // Token mints a one-hour token for user and device.
 func (p *Pipeline) Token(t *testing.T, user, device string) string {

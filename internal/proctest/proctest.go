@@ -5,6 +5,7 @@ package proctest
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,3 +193,15 @@ func (p *Proc) LogContains(s string) bool {
 
 // String names the process for messages.
 func (p *Proc) String() string { return fmt.Sprintf("%s(pid %d)", p.Name, p.Pid()) }
+
+// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago,
+// for a process under test to listen on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
