@@ -82,6 +82,17 @@ func takeCPU(named map[int]string) cpuSnapshot {
 	return s
 }
 
+// busyPct is the share of the machine's time between two snapshots that
+// was not idle, in percent.
+func busyPct(before, after cpuSnapshot) float64 {
+	return 100 * (after.busy - before.busy) / max(after.total-before.total, 1e-9)
+}
+
+// groupSecs is the CPU seconds a group used between two snapshots.
+func groupSecs(before, after cpuSnapshot, group string) float64 {
+	return max(after.byGroup[group]-before.byGroup[group], 0)
+}
+
 // cpuTable renders the CPU used between two snapshots, by group, per
 // 1,000 messages.
 func cpuTable(before, after cpuSnapshot, msgs float64) string {
@@ -100,9 +111,9 @@ func cpuTable(before, after cpuSnapshot, msgs float64) string {
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].secs > rows[j].secs })
 	var b strings.Builder
-	busy, total := after.busy-before.busy, after.total-before.total
+	total := after.total - before.total
 	steal := after.steal - before.steal
-	fmt.Fprintf(&b, "Machine busy %.0f%% of %.0f CPU-seconds (`/proc/stat`) during the run; %.1f%% of them stolen by the hypervisor for other guests (steal).\n\n", 100*busy/max(total, 1e-9), total, 100*steal/max(total, 1e-9))
+	fmt.Fprintf(&b, "Machine busy %.0f%% of %.0f CPU-seconds (`/proc/stat`) during the run; %.1f%% of them stolen by the hypervisor for other guests (steal).\n\n", busyPct(before, after), total, 100*steal/max(total, 1e-9))
 	b.WriteString("| process group | CPU s | share of CPU used | CPU ms per 1,000 msgs |\n|---|---|---|---|\n")
 	for _, r := range rows {
 		per := "—"

@@ -112,9 +112,15 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 		stageRs = append(stageRs, watch.stop())
 	}
 	b.log.Info("e2e paced run stages", "table", stageTable(stageRs), "counters", counts)
-	cpuNotes = append(cpuNotes, fmt.Sprintf("CPU during the runs paced at %d msg/s:\n\n", b.cfg.FixedRate)+cpuTable(cpu0, takeCPU(named), float64(acked)))
+	cpu1 := takeCPU(named)
+	cpuNotes = append(cpuNotes, fmt.Sprintf("CPU during the runs paced at %d msg/s:\n\n", b.cfg.FixedRate)+cpuTable(cpu0, cpu1, float64(acked)))
 	if len(reps) > 0 {
 		fsrc := src + fmt.Sprintf(", paced at %d msg/s, median of %d runs)", b.cfg.FixedRate, len(reps))
+		csrc := fsrc + ": /proc/stat and /proc/<pid>/stat before and after the paced runs"
+		r.set("e2e_paced_machine_busy_pct", busyPct(cpu0, cpu1), csrc)
+		for key, group := range map[string]string{"kafka": "kafka", "gateway": "producer-gw", "loadgen": "seqbench (load generator, clients)", "sequencer": "sequencer", "pusher": "pusher"} {
+			r.set("e2e_paced_cpu_ms_per_1k_"+key, 1e6*groupSecs(cpu0, cpu1, group)/max(float64(acked), 1), csrc)
+		}
 		rep := medianReport(reps)
 		for _, st := range stageRs {
 			ssrc := fsrc + ": " + st.metric + " " + st.labels + " of " + st.svc + "'s /metrics before and after"

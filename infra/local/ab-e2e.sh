@@ -4,12 +4,17 @@
 # both see the same (noisy, shared) machine, then the median of each side.
 #
 #   infra/local/ab-e2e.sh BASE_REV [RUNS]
+#   AB_BASE_ENV='GOGC=100' AB_NEW_ENV='GOGC=400' infra/local/ab-e2e.sh tree [RUNS]
 #
 # Both sides run the working tree's seqbench (the same load and the same
 # measurements); only the services it builds and starts differ: the base's
-# come from a worktree of BASE_REV. RUNS defaults to 3. SEQBENCH_* settings
-# are passed through (e.g. SEQBENCH_E2E_DURATION). Needs the local stack
-# up (infra/local/stack.sh up).
+# come from a worktree of BASE_REV. BASE_REV "tree" runs the working tree
+# on both sides, for settings: AB_BASE_ENV and AB_NEW_ENV (space-separated
+# NAME=value) are added to the environment of each side's runs (seqbench
+# hands its environment to the services it starts). RUNS defaults to 3.
+# SEQBENCH_* settings are passed through (e.g. SEQBENCH_E2E_DURATION,
+# SEQBENCH_E2E_MAX=false for the paced runs only). Needs the local stack up
+# (infra/local/stack.sh up).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 base=${1:?usage: ab-e2e.sh BASE_REV [RUNS]}
@@ -18,20 +23,29 @@ runs=${2:-3}
 set -a; . "$root/.data/local.env"; set +a
 
 work=$(mktemp -d)
-trap 'git -C "$root" worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-git -C "$root" worktree add -q --detach "$work/base" "$base"
-mkdir -p "$work/base/.data"
+if [ "$base" = tree ]; then
+  trap 'rm -rf "$work"' EXIT
+  basedir=$root
+else
+  trap 'git -C "$root" worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+  git -C "$root" worktree add -q --detach "$work/base" "$base"
+  mkdir -p "$work/base/.data"
+  basedir=$work/base
+fi
 (cd "$root" && go build -o "$work/seqbench" ./cmd/seqbench)
 
-keys=(e2e_max_msgs_per_s e2e_ack_p50_ms e2e_ack_p99_ms e2e_deliver_p50_ms e2e_deliver_p99_ms e2e_deliver_p999_ms)
+keys=(e2e_max_msgs_per_s e2e_ack_p50_ms e2e_ack_p99_ms e2e_deliver_p50_ms e2e_deliver_p99_ms e2e_deliver_p999_ms
+  e2e_paced_machine_busy_pct e2e_paced_cpu_ms_per_1k_kafka e2e_paced_cpu_ms_per_1k_gateway)
 declare -A vals=()
-echo "base $(git -C "$root" rev-parse --short "$base") vs working tree ($(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' + changes')), $runs runs each, load $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "$base" = tree ] && base=HEAD
+echo "base $(git -C "$root" rev-parse --short "$base") ${AB_BASE_ENV:-} vs working tree ${AB_NEW_ENV:-} ($(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' + changes')), $runs runs each, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq "$runs"); do
   for side in base new; do
-    dir=$root
-    [ "$side" = base ] && dir=$work/base
+    dir=$root env=${AB_NEW_ENV:-}
+    [ "$side" = base ] && dir=$basedir env=${AB_BASE_ENV:-}
     json=$work/$side-$i.json
-    (cd "$dir" && SEQBENCH_PHASES=e2e SEQBENCH_DOC= SEQBENCH_ROOT="$dir" SEQBENCH_JSON="$json" \
+    # shellcheck disable=SC2086 # NAME=value words
+    (cd "$dir" && env $env SEQBENCH_PHASES=e2e SEQBENCH_DOC= SEQBENCH_ROOT="$dir" SEQBENCH_JSON="$json" \
       timeout 600 "$work/seqbench" >"$work/$side-$i.log" 2>&1) || { echo "run $i $side failed:"; tail -5 "$work/$side-$i.log"; exit 1; }
     line="  run $i $side:"
     for k in "${keys[@]}"; do
