@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -39,4 +40,38 @@ func (c *ChainSender) Close() error {
 		errs = append(errs, s.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// Fanin is the receiving side of a chain: it runs every receiver in rs side
+// by side for one gateway and hands the batches of all of them to one
+// handler, one batch at a time. Batches of one transport keep their order;
+// between transports there is none (a pusher uses one transport per
+// gateway at a time, and clients fill gaps by seq).
+func Fanin(rs ...Receiver) Receiver { return fanin(rs) }
+
+type fanin []Receiver
+
+// Receive runs every receiver until ctx ends, or until one of them returns
+// an error of its own; then it stops the others and returns that error.
+func (f fanin) Receive(ctx context.Context, gatewayID string, h Handler) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, r := range f {
+		wg.Go(func() {
+			err := r.Receive(ctx, gatewayID, func(b *imv1.PushBatch) {
+				mu.Lock()
+				defer mu.Unlock()
+				h(b)
+			})
+			if err != nil && ctx.Err() == nil {
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
 }

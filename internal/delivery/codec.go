@@ -56,7 +56,7 @@ func decodeBatch(data []byte, gatewayID string) (*imv1.PushBatch, error) {
 		return nil, fmt.Errorf("%w: %v", ErrBadBatch, err)
 	}
 	if b.GatewayId != gatewayID {
-		return nil, fmt.Errorf("%w: addressed to gateway %q, not %q", ErrBadBatch, b.GatewayId, gatewayID)
+		return nil, fmt.Errorf("%w: %q, not %q", errWrongGateway, b.GatewayId, gatewayID)
 	}
 	for i, it := range b.Items {
 		if it.GetItem() == nil {

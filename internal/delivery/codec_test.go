@@ -133,11 +133,12 @@ func FuzzReadFrames(f *testing.F) {
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		const max = 64
 		var got int
-		err := readFrames(bytes.NewReader(stream), max, func(frame []byte) {
+		err := readFrames(bytes.NewReader(stream), max, func(frame []byte) error {
 			if len(frame) > max {
 				t.Fatalf("frame of %d bytes over the limit", len(frame))
 			}
 			got += frameHeader + len(frame)
+			return nil
 		})
 		if err == nil && got != len(stream) {
 			t.Fatalf("clean end after %d of %d bytes", got, len(stream))

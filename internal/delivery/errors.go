@@ -20,6 +20,11 @@ var (
 	// ErrBadBatch means a received frame did not decode as a PushBatch for
 	// this gateway; the receiver skips it.
 	ErrBadBatch = errors.New("bad push batch")
+	// errWrongGateway is the ErrBadBatch of a frame addressed to another
+	// gateway: on a stream it means the sender dialed a stale registry
+	// entry (this listener's port belonged to that gateway before), so the
+	// TCP receiver hangs up and the sender looks the gateway up again.
+	errWrongGateway = fmt.Errorf("%w: addressed to another gateway", ErrBadBatch)
 )
 
 // SendError is a failed Send: which gateway, and why.

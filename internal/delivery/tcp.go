@@ -146,7 +146,10 @@ func (s *TCPSender) ensure(ctx context.Context, tc *tcpConn) error {
 	if tc.c != nil {
 		select {
 		case <-tc.broken:
+			// The gateway hung up: it stopped, or this was a stale
+			// address now another gateway's. Ask the registry again.
 			tc.reset()
+			tc.addr = ""
 		default:
 			return nil
 		}
@@ -229,6 +232,9 @@ type TCPReceiverOptions struct {
 	Log *slog.Logger
 	// OnBadBatch, when set, is called for every frame that fails to decode.
 	OnBadBatch func(err error)
+	// OnRegistered, when set, is called once the listener is up and its
+	// address is in the registry (senders can find it from then on).
+	OnRegistered func(addr string)
 }
 
 // TCPReceiver listens for pusher connections and registers its address.
@@ -276,6 +282,9 @@ func (r *TCPReceiver) Receive(ctx context.Context, gatewayID string, h Handler) 
 	if err := r.reg.Register(ctx, gatewayID, addr, r.opts.TTL); err != nil {
 		ln.Close()
 		return err
+	}
+	if r.opts.OnRegistered != nil {
+		r.opts.OnRegistered(addr)
 	}
 	var (
 		wg    sync.WaitGroup
@@ -329,18 +338,22 @@ func (r *TCPReceiver) Receive(ctx context.Context, gatewayID string, h Handler) 
 				cmu.Unlock()
 				c.Close()
 			}()
-			err := readFrames(bufio.NewReaderSize(c, 64<<10), r.opts.MaxFrameBytes, func(frame []byte) {
+			err := readFrames(bufio.NewReaderSize(c, 64<<10), r.opts.MaxFrameBytes, func(frame []byte) error {
 				b, err := decodeBatch(frame, gatewayID)
 				if err != nil {
 					r.opts.Log.Warn("skipping push frame", "gateway_id", gatewayID, "err", err)
 					if r.opts.OnBadBatch != nil {
 						r.opts.OnBadBatch(err)
 					}
-					return
+					if errors.Is(err, errWrongGateway) {
+						return err // a stale address: hang up so the sender looks again
+					}
+					return nil
 				}
 				mu.Lock()
 				h(b)
 				mu.Unlock()
+				return nil
 			})
 			if err != nil && ctx.Err() == nil {
 				r.opts.Log.Warn("push stream ended", "gateway_id", gatewayID, "remote", c.RemoteAddr().String(), "err", err)
@@ -364,10 +377,11 @@ func (r *TCPReceiver) Receive(ctx context.Context, gatewayID string, h Handler) 
 	return fmt.Errorf("push stream listener closed")
 }
 
-// readFrames calls fn with each frame read from rd until it ends. A frame
-// longer than max ends the stream with an error: the sender is not ours or
-// is broken, and nothing after it can be trusted.
-func readFrames(rd io.Reader, max int, fn func(frame []byte)) error {
+// readFrames calls fn with each frame read from rd until it ends or fn
+// returns an error, which it returns. A frame longer than max ends the
+// stream with an error: the sender is not ours or is broken, and nothing
+// after it can be trusted.
+func readFrames(rd io.Reader, max int, fn func(frame []byte) error) error {
 	var hdr [frameHeader]byte
 	buf := make([]byte, 0, 4096)
 	for {
@@ -388,6 +402,8 @@ func readFrames(rd io.Reader, max int, fn func(frame []byte)) error {
 		if _, err := io.ReadFull(rd, buf); err != nil {
 			return fmt.Errorf("read frame of %d bytes: %w", n, err)
 		}
-		fn(buf)
+		if err := fn(buf); err != nil {
+			return err
+		}
 	}
 }
