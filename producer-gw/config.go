@@ -34,6 +34,17 @@ type Config struct {
 	// Addr: GATEWAY_ADDR for WebSocket and HTTP clients, default
 	// 127.0.0.1:8080. Port 0 picks a free port (tests).
 	Addr string
+	// PushAddr: GATEWAY_PUSH_ADDR, where the gateway listens for the
+	// pushers' direct TCP streams, default 127.0.0.1:0 (a free loopback
+	// port); "off" leaves only Redis pub/sub. The address is registered in
+	// Redis (seqflow:gateway:{id}:push) for the pushers to find. Redis
+	// pub/sub is always subscribed as well: it is what a pusher uses when
+	// the stream is not registered or refuses it.
+	PushAddr string
+	// PushAdvertise: GATEWAY_PUSH_ADVERTISE, the address registered for
+	// the pushers when it differs from the listener's (another host, NAT),
+	// default the listener's address.
+	PushAdvertise string
 	// OriginPatterns: GATEWAY_ORIGIN_PATTERNS, comma-separated host
 	// patterns browsers may connect from besides the gateway's own host,
 	// default none. Clients that send no Origin (curl, Node) are unaffected.
@@ -147,6 +158,8 @@ func LoadConfig(e *config.Env) (Config, error) {
 		GatewayID:              e.String("GATEWAY_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
 		Addr:                   e.String("GATEWAY_ADDR", "127.0.0.1:8080"),
 		OriginPatterns:         e.List("GATEWAY_ORIGIN_PATTERNS", nil),
+		PushAddr:               e.String("GATEWAY_PUSH_ADDR", "127.0.0.1:0"),
+		PushAdvertise:          e.String("GATEWAY_PUSH_ADVERTISE", ""),
 		AdminAddr:              e.Optional("GATEWAY_ADMIN_ADDR", "127.0.0.1:9103"),
 		OTLPEndpoint:           e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		DevMode:                e.Bool("GATEWAY_DEV_MODE", false),
@@ -216,8 +229,9 @@ func LoadConfig(e *config.Env) (Config, error) {
 	if err := auth.ValidID(c.GatewayID); err != nil {
 		errs = append(errs, fmt.Errorf("GATEWAY_ID=%q: %w", c.GatewayID, err))
 	}
-	for _, a := range []struct{ name, v string }{{"GATEWAY_ADDR", c.Addr}, {"GATEWAY_ADMIN_ADDR", c.AdminAddr}} {
-		if a.v == "" && a.name == "GATEWAY_ADMIN_ADDR" {
+	for _, a := range []struct{ name, v string }{{"GATEWAY_ADDR", c.Addr}, {"GATEWAY_ADMIN_ADDR", c.AdminAddr},
+		{"GATEWAY_PUSH_ADDR", c.PushAddr}, {"GATEWAY_PUSH_ADVERTISE", c.PushAdvertise}} {
+		if (a.v == "" && (a.name == "GATEWAY_ADMIN_ADDR" || a.name == "GATEWAY_PUSH_ADVERTISE")) || (a.v == "off" && a.name == "GATEWAY_PUSH_ADDR") {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(a.v); err != nil {

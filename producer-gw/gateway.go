@@ -26,6 +26,7 @@ import (
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/telemetry"
+	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 const service = "producer-gw"
@@ -226,18 +227,62 @@ func (g *Gateway) connect(ctx context.Context) error {
 		g.presence = presence.New(g.rdb, g.cfg.PresenceTTL)
 	}
 	if g.receiver == nil {
-		ready := make(chan struct{})
-		var once sync.Once
-		g.pushReady = ready
-		g.receiver = delivery.NewRedisReceiver(g.rdb, delivery.RedisReceiverOptions{
-			Log: g.log, OnBadBatch: func(error) { g.m.badBatches.Inc() },
-			OnSubscribed: func() { once.Do(func() { close(ready) }) },
-		})
+		g.receiver = g.pushReceivers()
 	}
 	if g.members == nil {
 		g.members = newMembership(g.store, g.cfg.MemberCacheTTL, localMembershipTTL)
 	}
 	return nil
+}
+
+// pushReceivers is how batches reach this gateway: Redis pub/sub always,
+// and the pushers' direct TCP stream unless GATEWAY_PUSH_ADDR is "off"
+// (pusher/README.md, "Transport"). pushReady closes once every one of them
+// can take batches.
+func (g *Gateway) pushReceivers() delivery.Receiver {
+	ready := make(chan struct{})
+	g.pushReady = ready
+	n := 1
+	if g.cfg.PushAddr != "off" {
+		n++
+	}
+	var mu sync.Mutex
+	up := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if n--; n == 0 {
+			close(ready)
+		}
+	}
+	var once sync.Once
+	rs := []delivery.Receiver{countingReceiver{delivery.NewRedisReceiver(g.rdb, delivery.RedisReceiverOptions{
+		Log: g.log, OnBadBatch: func(error) { g.m.badBatches.Inc() },
+		OnSubscribed: func() { once.Do(up) },
+	}), g.m.pushBatches.WithLabelValues("redis")}}
+	if g.cfg.PushAddr != "off" {
+		rs = append(rs, countingReceiver{delivery.NewTCPReceiver(delivery.NewRedisRegistry(g.rdb), delivery.TCPReceiverOptions{
+			ListenAddr: g.cfg.PushAddr, AdvertiseAddr: g.cfg.PushAdvertise, Log: g.log,
+			OnBadBatch: func(error) { g.m.badBatches.Inc() },
+			OnRegistered: func(addr string) {
+				g.log.Info("push stream listening", "addr", addr)
+				up()
+			},
+		}), g.m.pushBatches.WithLabelValues("tcp")})
+	}
+	return delivery.Fanin(rs...)
+}
+
+// countingReceiver counts the batches one transport brings.
+type countingReceiver struct {
+	delivery.Receiver
+	n prometheus.Counter
+}
+
+func (r countingReceiver) Receive(ctx context.Context, gatewayID string, h delivery.Handler) error {
+	return r.Receiver.Receive(ctx, gatewayID, func(b *imv1.PushBatch) {
+		r.n.Inc()
+		h(b)
+	})
 }
 
 func (g *Gateway) closeClients() {

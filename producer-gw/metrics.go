@@ -20,6 +20,7 @@ type metrics struct {
 	receiptFails prometheus.Counter
 	presenceErrs prometheus.Counter
 	badBatches   prometheus.Counter
+	pushBatches  *prometheus.CounterVec // by transport
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -72,11 +73,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		presenceErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_presence_errors_total", Help: "Failed presence writes to Redis.",
 		}),
+		pushBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_push_batches_total", Help: "Push batches received, by transport (tcp: a pusher's direct stream; redis: pub/sub).",
+		}, []string{"transport"}),
 		badBatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_bad_push_batches_total", Help: "Push frames that failed to decode.",
 		}),
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
-		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches)
+		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches, m.pushBatches)
 	return m
 }

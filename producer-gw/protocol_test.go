@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/wire"
 )
@@ -55,6 +57,39 @@ func TestProtocol(t *testing.T) {
 		}
 		if n != 1 {
 			t.Fatalf("sync holds client message %s %d times, want once: %+v", id, n, res.Messages)
+		}
+	})
+
+	t.Run("pushes come over the pusher's stream; with GATEWAY_PUSH_ADDR=off over pub/sub", func(t *testing.T) {
+		p.t = t
+		off := p.gateway(map[string]string{"GATEWAY_PUSH_ADDR": "off"})
+		for _, tc := range []struct {
+			gw             *testGW
+			want, wantNone string
+			registered     bool
+		}{{gw, "tcp", "redis", true}, {off, "redis", "tcp", false}} {
+			m := tc.gw.g.m.pushBatches
+			before, beforeNone := testutil.ToFloat64(m.WithLabelValues(tc.want)), testutil.ToFloat64(m.WithLabelValues(tc.wantNone))
+			alice, bob := user("alice"), user("bob")
+			a, b := p.connect(tc.gw, alice, "phone"), p.connect(tc.gw, bob, "phone")
+			sid, _ := createGroup(a, bob)
+			id := newID()
+			a.send(sendFrame(sid, id, "which way"))
+			ack := a.mustAckOK(id)
+			b.eventOf(sid, ack.Seq)
+			if got := testutil.ToFloat64(m.WithLabelValues(tc.want)) - before; got < 1 {
+				t.Fatalf("gateway %s: %v batches over %s, want the ACK's and the event's", tc.gw.g.cfg.GatewayID, got, tc.want)
+			}
+			if got := testutil.ToFloat64(m.WithLabelValues(tc.wantNone)) - beforeNone; got != 0 {
+				t.Fatalf("gateway %s: %v batches over %s, want none", tc.gw.g.cfg.GatewayID, got, tc.wantNone)
+			}
+			addr, err := delivery.NewRedisRegistry(tc.gw.g.rdb).Lookup(context.Background(), tc.gw.g.cfg.GatewayID)
+			if tc.registered && (err != nil || addr == "") {
+				t.Fatalf("gateway %s: registry lookup = %q, %v; want its stream address", tc.gw.g.cfg.GatewayID, addr, err)
+			}
+			if !tc.registered && !errors.Is(err, delivery.ErrNoReceiver) {
+				t.Fatalf("gateway %s with the stream off: registry lookup = %q, %v; want ErrNoReceiver", tc.gw.g.cfg.GatewayID, addr, err)
+			}
 		}
 	})
 
