@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/seqflow/seqflow/internal/config"
@@ -95,6 +96,12 @@ type Config struct {
 	CPUProfile string
 	// JSON: SEQBENCH_JSON, the report, default .data/reports/bench.json.
 	JSON string
+	// ServiceEnv: SEQBENCH_SERVICE_ENV, space-separated NAME=value added to
+	// the environment of every service the bench starts (after its own
+	// settings, before a phase's), default none. For settings of the
+	// services alone, e.g. GOMAXPROCS=1, which would otherwise reach this
+	// process (the load generator) too.
+	ServiceEnv []string
 }
 
 // LoadConfig reads Config from e and validates it.
@@ -124,8 +131,14 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Doc:              e.Optional("SEQBENCH_DOC", "docs/benchmarks.md"),
 		JSON:             e.String("SEQBENCH_JSON", ".data/reports/bench.json"),
 		CPUProfile:       e.String("SEQBENCH_CPUPROFILE", ""),
+		ServiceEnv:       strings.Fields(e.String("SEQBENCH_SERVICE_ENV", "")),
 	}
 	errs := []error{e.Err()}
+	for _, kv := range c.ServiceEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("SEQBENCH_SERVICE_ENV: %q is not NAME=value", kv))
+		}
+	}
 	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("SEQFLOW_KAFKA_BROKERS: required"))
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -111,7 +112,7 @@ func (b *Bench) startServices(ctx context.Context, phase string, extra []string,
 		}
 		// Not CommandContext: stop() ends them with SIGTERM, then SIGKILL.
 		p.cmd = exec.Command(filepath.Join(b.cfg.Root, ".data", "bin", name))
-		p.cmd.Env = append(append(append(os.Environ(), common...), own[name]...), extra...)
+		p.cmd.Env = slices.Concat(os.Environ(), common, own[name], b.cfg.ServiceEnv, extra)
 		p.cmd.Stdout, p.cmd.Stderr = f, f
 		if err := p.cmd.Start(); err != nil {
 			f.Close()
