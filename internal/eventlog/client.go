@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"math/rand/v2"
+	"os"
 	"strings"
 	"time"
 
@@ -69,7 +70,18 @@ func ProducerOpts() []kgo.Opt {
 // in 26.8 s; with snappy sequencer TestChaos reads 22,146 events in 1.9 s
 // (its "read log" lines), and the sequencer's dedup-window rebuild on an
 // assignment shrank the same way.
+//
+// SEQFLOW_KAFKA_COMPRESSION (snappy, lz4, zstd or none) overrides it for
+// every producer of the process, for experiments; anything else is snappy.
 func Compression() kgo.Opt {
+	switch os.Getenv("SEQFLOW_KAFKA_COMPRESSION") {
+	case "none":
+		return kgo.ProducerBatchCompression(kgo.NoCompression())
+	case "lz4":
+		return kgo.ProducerBatchCompression(kgo.Lz4Compression(), kgo.NoCompression())
+	case "zstd":
+		return kgo.ProducerBatchCompression(kgo.ZstdCompression(), kgo.NoCompression())
+	}
 	return kgo.ProducerBatchCompression(kgo.SnappyCompression(), kgo.NoCompression())
 }
 
