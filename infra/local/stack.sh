@@ -21,9 +21,9 @@
 # (create topic, transactional acks=all produce, read_committed consume + offset commit).
 #
 # Environment knobs: SEQFLOW_STACK_TIMEOUT (seconds per wait, default 120),
-# SEQFLOW_KAFKA_HEAP (default "-Xms512m -Xmx1g"), SEQFLOW_KAFKA3_HEAP (default "-Xms256m -Xmx768m"),
-# for experiments: SEQFLOW_KAFKA_GC (the brokers' garbage collector flags, default G1 with a 20 ms
-# pause goal) and SEQFLOW_KAFKA_PROPS (space-separated key=value lines added to every node's
+# SEQFLOW_KAFKA_HEAP (default "-Xms1g -Xmx1g"), SEQFLOW_KAFKA3_HEAP (default "-Xms256m -Xmx768m"),
+# for experiments: SEQFLOW_KAFKA_GC (the brokers' garbage collector flags, default G1 with its
+# own 200 ms pause goal: see BROKER_GC_FLAGS) and SEQFLOW_KAFKA_PROPS (space-separated key=value lines added to every node's
 # server.properties), both read when a node starts.
 set -euo pipefail
 
@@ -79,7 +79,14 @@ REDIS_LOG=$REDIS_DIR/redis.log
 JAVA_TOOL_FLAGS=(-Xms32m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto
   -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true "-Dlog4j2.configurationFile=$KAFKA_SRC/log4j2-tools.properties")
 # shellcheck disable=SC2206 # a flag list
-BROKER_GC_FLAGS=(${SEQFLOW_KAFKA_GC:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent})
+# G1 with its default pause goal (200 ms), not 20 ms: on this 2-core box a
+# 20 ms goal shrank the young generation to 40-110 MB, so the broker paused
+# every 0.5-1.5 s (11-35 ms each) and promoted what had not died yet; after
+# half an hour of benchmarks its old generation held 462 MB after a young
+# collection (210 MB live) and pauses reached 200-840 ms. With 200 ms the
+# young generation is about 600 MB: a pause every 8 s or so, 15-72 ms
+# (docs/benchmarks.md, "What changed", 2026-12-03 afternoon).
+BROKER_GC_FLAGS=(${SEQFLOW_KAFKA_GC:--XX:+UseG1GC -XX:MaxGCPauseMillis=200 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent})
 BROKER_JVM_FLAGS=(-server "${BROKER_GC_FLAGS[@]}" -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true
   "-Dlog4j2.configurationFile=$KAFKA_SRC/log4j2-broker.properties")
 
@@ -723,7 +730,7 @@ up_single() {
   ensure_packages all
   with_lock build prepare_kafka
   # kafka first: it is the slowest to come up, postgres/redis start meanwhile
-  kafka_node_launch single "${SEQFLOW_KAFKA_HEAP:--Xms512m -Xmx1g}"
+  kafka_node_launch single "${SEQFLOW_KAFKA_HEAP:--Xms1g -Xmx1g}"
   deadline=$(($(now) + TIMEOUT))
   pg_up
   redis_up
