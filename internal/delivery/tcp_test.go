@@ -124,7 +124,9 @@ func TestTCPStaleAddressIsLeft(t *testing.T) {
 	_ = s.Send(sctx, batch(0)) // reaches B's listener, which hangs up
 	scancel()
 	// A comes back on a port of its own.
-	go func() { _ = delivery.NewTCPReceiver(reg, delivery.TCPReceiverOptions{}).Receive(ctx, gwA, handler(gwA)) }()
+	go func() {
+		_ = delivery.NewTCPReceiver(reg, delivery.TCPReceiverOptions{}).Receive(ctx, gwA, handler(gwA))
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 1; count(gwA) == 0; i++ {
 		if time.Now().After(deadline) {
