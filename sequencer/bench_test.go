@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ import (
 	"github.com/seqflow/seqflow/internal/stack"
 )
 
-// benchRecords is how many uplinks one benchmark run sequences
+// benchRecords is how many uplinks one benchmark round sequences
 // (SEQFLOW_BENCH_RECORDS overrides).
 func benchRecords() int {
 	if n, err := strconv.Atoi(os.Getenv("SEQFLOW_BENCH_RECORDS")); err == nil && n > 0 {
@@ -30,17 +31,73 @@ func benchRecords() int {
 	return 200_000
 }
 
+// benchRounds is how many rounds one iteration runs (SEQFLOW_BENCH_ROUNDS
+// overrides, at least 1).
+func benchRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("SEQFLOW_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
 // BenchmarkSequencer_Throughput measures uplink → committed sequenced
 // events per second of one in-process sequencer on the local stack (Kafka
 // transactions, PostgreSQL segments, acks=all; 1,000 sessions, 200-byte
 // bodies), next to the ceiling of the same box: a plain franz-go consume →
 // produce of the same records on the same broker, without transactions or
-// PostgreSQL. Both run in one go, so their ratio means something on a noisy
-// machine. One iteration is one full run:
+// PostgreSQL.
+//
+// One iteration runs SEQFLOW_BENCH_ROUNDS rounds (default 3), each on
+// topics of its own: the ceiling, then the sequencer, on the same freshly
+// produced uplinks. It reports the medians over the rounds: of each rate,
+// of each round's ratio (sequencer / ceiling, so a ratio is always of two
+// measurements taken back to back), and of each batch stage. On a noisy
+// machine one round's ratio moves a lot with what else runs at that
+// moment; the median of alternating rounds moves less.
 //
 //	go test -run XXX -bench BenchmarkSequencer_Throughput -benchtime 1x ./sequencer
 func BenchmarkSequencer_Throughput(b *testing.B) {
 	st := stack.Require(b, "kafka", "pg")
+	rounds := benchRounds()
+	for i := 0; i < b.N; i++ {
+		var seqRates, ceilRates, ratios []float64
+		stages := map[string][]float64{}
+		for r := 0; r < rounds; r++ {
+			seqRate, ceilRate, batch := benchRound(b, st)
+			b.Logf("round %d: sequencer %.0f msg/s, ceiling %.0f msg/s, ratio %.3f", r+1, seqRate, ceilRate, seqRate/ceilRate)
+			seqRates, ceilRates, ratios = append(seqRates, seqRate), append(ceilRates, ceilRate), append(ratios, seqRate/ceilRate)
+			for unit, v := range batch {
+				stages[unit] = append(stages[unit], v)
+			}
+		}
+		for unit, vs := range stages {
+			b.ReportMetric(median(vs), unit)
+		}
+		b.ReportMetric(median(seqRates), "sequencer_msgs/s")
+		b.ReportMetric(median(ceilRates), "kafka_ceiling_msgs/s")
+		b.ReportMetric(median(ratios), "ratio")
+	}
+}
+
+// median of vs (the mean of the middle two for an even count).
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// benchRound produces benchRecords uplinks to topics of its own, copies
+// them with the ceiling's plain consume → produce, then sequences them, and
+// returns both rates and the sequencer's batch stages (see batchStages).
+// The setup (topics, migrations, the uplinks) is not timed.
+func benchRound(b *testing.B, st stack.Stack) (seqRate, ceilRate float64, stages map[string]float64) {
+	b.Helper()
 	n := benchRecords()
 	const sessions, bodyBytes = 1000, 200
 	ctx := context.Background()
@@ -81,43 +138,42 @@ func BenchmarkSequencer_Throughput(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		ceilRate := measure(b, adm, ceiling, n*(i+1), func(ctx context.Context) {
-			copyTopic(ctx, st.KafkaBrokers, topics.Uplink, ceiling, fmt.Sprintf("%sceil-%d", prefix, i))
-		})
-		var seq *Sequencer
-		seqRate := measure(b, adm, topics.Sequenced, n*(i+1), func(ctx context.Context) {
-			env := map[string]string{
-				"SEQFLOW_KAFKA_BROKERS": strings.Join(st.KafkaBrokers, ","), "SEQFLOW_PG_URL": st.PGURL,
-				"SEQFLOW_TOPIC_PREFIX": prefix, "SEQUENCER_GROUP": fmt.Sprintf("%sseq-%d", prefix, i),
-				"SEQUENCER_INSTANCE_ID": fmt.Sprintf("%sbench-%d", prefix, i), "SEQUENCER_ADMIN_ADDR": "",
+	ceilRate = measure(b, adm, ceiling, n, func(ctx context.Context) {
+		copyTopic(ctx, st.KafkaBrokers, topics.Uplink, ceiling, prefix+"ceil")
+	})
+	var seq *Sequencer
+	seqRate = measure(b, adm, topics.Sequenced, n, func(ctx context.Context) {
+		env := map[string]string{
+			"SEQFLOW_KAFKA_BROKERS": strings.Join(st.KafkaBrokers, ","), "SEQFLOW_PG_URL": st.PGURL,
+			"SEQFLOW_TOPIC_PREFIX": prefix, "SEQUENCER_GROUP": prefix + "seq",
+			"SEQUENCER_INSTANCE_ID": prefix + "bench", "SEQUENCER_ADMIN_ADDR": "",
+		}
+		for _, k := range []string{"SEQUENCER_STEP", "SEQUENCER_MAX_POLL_RECORDS", "SEQUENCER_POLL_MERGE_WAIT", "SEQUENCER_KAFKA_DEBUG"} { // to compare settings
+			if v := os.Getenv(k); v != "" {
+				env[k] = v
 			}
-			for _, k := range []string{"SEQUENCER_STEP", "SEQUENCER_MAX_POLL_RECORDS", "SEQUENCER_POLL_MERGE_WAIT", "SEQUENCER_KAFKA_DEBUG"} { // to compare settings
-				if v := os.Getenv(k); v != "" {
-					env[k] = v
-				}
-			}
-			cfg, err := LoadConfig(config.FromMap(env))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			seq = New(cfg, slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-			_ = seq.Run(ctx)
-		})
-		reportStages(b, seq)
-		b.ReportMetric(seqRate, "sequencer_msgs/s")
-		b.ReportMetric(ceilRate, "kafka_ceiling_msgs/s")
-		b.ReportMetric(seqRate/ceilRate, "ratio")
-	}
+		}
+		cfg, err := LoadConfig(config.FromMap(env))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		seq = New(cfg, slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		_ = seq.Run(ctx)
+	})
+	return seqRate, ceilRate, batchStages(b, seq)
 }
 
-// reportStages reports where a committed batch's time went, as means over
-// the run from the sequencer's own histograms: records per batch and the
-// milliseconds of each stage (prepare, produce, commit, total).
-func reportStages(b *testing.B, s *Sequencer) {
+// batchStages returns where a committed batch's time went, as means over
+// the round from the sequencer's own histograms, by benchmark unit:
+// records per batch and the milliseconds of each stage (prepare, produce,
+// commit, total).
+func batchStages(b *testing.B, s *Sequencer) map[string]float64 {
 	b.Helper()
+	out := map[string]float64{}
+	if s == nil {
+		return out
+	}
 	mfs, err := s.reg.Gather()
 	if err != nil {
 		b.Fatal(err)
@@ -131,16 +187,17 @@ func reportStages(b *testing.B, s *Sequencer) {
 			mean := h.GetSampleSum() / float64(h.GetSampleCount())
 			switch mf.GetName() {
 			case "seqflow_sequencer_batch_records":
-				b.ReportMetric(mean, "records/batch")
+				out["records/batch"] = mean
 			case "seqflow_sequencer_batch_stage_seconds":
 				for _, l := range m.GetLabel() {
 					if l.GetName() == "stage" {
-						b.ReportMetric(mean*1000, l.GetValue()+"_ms/batch")
+						out[l.GetValue()+"_ms/batch"] = mean * 1000
 					}
 				}
 			}
 		}
 	}
+	return out
 }
 
 // measure runs work until topic's committed end offsets add up to want and

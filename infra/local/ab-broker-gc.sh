@@ -8,7 +8,8 @@
 #
 # e.g. infra/local/ab-broker-gc.sh "-XX:+UseG1GC -XX:MaxGCPauseMillis=20" "-XX:+UseG1GC -XX:MaxGCPauseMillis=200" 2 2
 # Prints sequencer msgs/s, the Kafka ceiling and their ratio per run
-# (sequencer/bench_test.go, BenchmarkSequencer_Throughput, at step 5000).
+# (sequencer/bench_test.go, BenchmarkSequencer_Throughput, at step 5000,
+# one round per run: SEQFLOW_BENCH_ROUNDS=1).
 # Leaves the stack up with the last side's flags: restart it plainly after.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,7 +27,7 @@ for r in $(seq "$rounds"); do
     SEQFLOW_KAFKA_GC="$flags" bash "$root/infra/local/stack.sh" up >/dev/null
     set -a; . "$root/.data/local.env"; set +a
     for i in $(seq 0 "$runs"); do
-      out=$(cd "$root/sequencer" && SEQFLOW_BENCH_RECORDS=200000 SEQUENCER_STEP=5000 SEQUENCER_MAX_POLL_RECORDS=5000 \
+      out=$(cd "$root/sequencer" && SEQFLOW_BENCH_RECORDS=200000 SEQFLOW_BENCH_ROUNDS=1 SEQUENCER_STEP=5000 SEQUENCER_MAX_POLL_RECORDS=5000 \
         "$work/seq.test" -test.run XXX -test.bench BenchmarkSequencer_Throughput -test.benchtime 1x 2>/dev/null |
         grep -oE '[0-9.]+ (sequencer_msgs/s|kafka_ceiling_msgs/s|ratio)' | tr '\n' ' ')
       [ "$i" = 0 ] && continue

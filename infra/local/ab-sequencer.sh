@@ -10,7 +10,8 @@
 # Both sides use the working tree's sequencer/bench_test.go, so the harness
 # (what is measured and reported) is the same and only the sequencer differs.
 # Needs the local stack up (infra/local/stack.sh up). SEQFLOW_BENCH_RECORDS
-# (default 200000) is passed through.
+# (default 200000) is passed through; SEQFLOW_BENCH_ROUNDS defaults to 1
+# here (each run one round: this script alternates and takes medians itself).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 base=${1:?usage: ab-sequencer.sh BASE_REV [RUNS] [STEP...]}
@@ -21,6 +22,7 @@ steps=("$@")
 [ -f "$root/.data/local.env" ] || { echo "ab-sequencer: no .data/local.env: run infra/local/stack.sh up" >&2; exit 1; }
 set -a; . "$root/.data/local.env"; set +a
 export SEQFLOW_BENCH_RECORDS=${SEQFLOW_BENCH_RECORDS:-200000}
+export SEQFLOW_BENCH_ROUNDS=${SEQFLOW_BENCH_ROUNDS:-1}
 
 work=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
