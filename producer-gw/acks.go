@@ -13,6 +13,18 @@ type ackKey struct{ session, clientMsgID, user string }
 type seqResult struct {
 	seq, msgID, serverTs int64
 	duplicate            bool
+	// uplink is where the sequenced uplink was in im.uplink.v1, for a
+	// result that is not a duplicate (see waiters.resolve); zero: unknown.
+	uplink uplinkPos
+	source string // who sent it: sequencer or pusher
+}
+
+// uplinkPos is an uplink record's place in the log; set is false when it
+// is not known.
+type uplinkPos struct {
+	partition int32
+	offset    int64
+	set       bool
 }
 
 // pending is one command awaiting its sequenced event or duplicate ACK.
@@ -27,6 +39,46 @@ type pending struct {
 	done    bool
 	notice  func(seqResult)
 	expires time.Time
+	uplink  uplinkPos  // this command's uplink, once Kafka acknowledged it
+	early   *seqResult // a sequenced result that came before uplink was known
+}
+
+// produced records where Kafka put this command's uplink, and hands over a
+// result that came before (see answers) if it was this uplink's. It
+// returns that result and true if it did: the caller then removes p from
+// the waiters.
+func (p *pending) produced(partition int32, offset int64) (seqResult, bool) {
+	p.mu.Lock()
+	p.uplink = uplinkPos{partition, offset, true}
+	early := p.early
+	p.early = nil
+	p.mu.Unlock()
+	if early == nil || early.uplink != p.uplink {
+		return seqResult{}, false
+	}
+	p.resolve(*early)
+	return *early, true
+}
+
+// answers reports whether r is this command's result. A duplicate ACK
+// answers every command waiting on its key (each is a retry of a message
+// that has its seq). A sequenced message answers only the command whose
+// uplink it was: a seq comes twice (the sequencer's direct ACK, then the
+// pusher's event), and the second copy must not answer a retry sent after
+// the first copy was answered, which gets its own duplicate ACK. While
+// this command's own position is unknown (Kafka's answer to its produce
+// is still on its way), r is kept for produced to decide.
+func (p *pending) answers(r seqResult) bool {
+	if r.duplicate || !r.uplink.set {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.uplink.set {
+		p.early = &r
+		return false
+	}
+	return p.uplink == r.uplink
 }
 
 func (p *pending) resolve(r seqResult) {
@@ -88,17 +140,28 @@ func (w *waiters) remove(p *pending) {
 	}
 }
 
-// resolve hands r to every command waiting on k and forgets them. It
-// reports whether any was waiting.
+// resolve hands r to every command waiting on k that it answers (see
+// pending.answers) and forgets them. It reports whether any was answered.
 func (w *waiters) resolve(k ackKey, r seqResult) bool {
 	w.mu.Lock()
-	ps := w.m[k]
-	delete(w.m, k)
+	var hit, keep []*pending
+	for _, p := range w.m[k] {
+		if p.answers(r) {
+			hit = append(hit, p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	if len(keep) == 0 {
+		delete(w.m, k)
+	} else {
+		w.m[k] = keep
+	}
 	w.mu.Unlock()
-	for _, p := range ps {
+	for _, p := range hit {
 		p.resolve(r)
 	}
-	return len(ps) > 0
+	return len(hit) > 0
 }
 
 // sweep forgets notices past their expiry.

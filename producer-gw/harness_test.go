@@ -85,7 +85,12 @@ func newPipelineNoProcs(t testing.TB) *pipeline {
 	return p
 }
 
-func (p *pipeline) startProcs() {
+func (p *pipeline) startProcs() { p.startSome(nil, "sequencer", "persister", "pusher") }
+
+// startSome starts the named services (of sequencer, persister, pusher)
+// with extra appended to each one's environment, and waits for them to be
+// ready.
+func (p *pipeline) startSome(extra []string, names ...string) {
 	t, st, id := p.t, p.st, strings.TrimSuffix(strings.TrimPrefix(p.prefix, "t-"), ".")
 	common := []string{
 		"SEQFLOW_KAFKA_BROKERS=" + strings.Join(st.KafkaBrokers, ","),
@@ -93,22 +98,33 @@ func (p *pipeline) startProcs() {
 		"SEQFLOW_REDIS_ADDR=" + st.RedisAddr,
 		"SEQFLOW_TOPIC_PREFIX=" + p.prefix,
 	}
-	seq := proctest.Build(t, "./sequencer")
-	per := proctest.Build(t, "./persister")
-	push := proctest.Build(t, "./pusher")
-	admins := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
-	proctest.Start(t, "sequencer", seq, append(common, "SEQUENCER_GROUP=gwt-seq-"+id, "SEQUENCER_INSTANCE_ID=gwt-"+id,
-		"SEQUENCER_ADMIN_ADDR="+admins[0], "SEQUENCER_SESSION_TIMEOUT=6s")...)
-	proctest.Start(t, "persister", per, append(common, "PERSISTER_GROUP=gwt-per-"+id, "PERSISTER_INSTANCE_ID=gwt-"+id,
-		"PERSISTER_ADMIN_ADDR="+admins[1], "PERSISTER_MIGRATE=false", "PERSISTER_SESSION_TIMEOUT=6s")...)
-	proctest.Start(t, "pusher", push, append(common, "PUSHER_GROUP=gwt-push-"+id, "PUSHER_INSTANCE_ID=gwt-"+id,
-		"PUSHER_ADMIN_ADDR="+admins[2], "PUSHER_RESET_OFFSET=start", "PUSHER_SESSION_TIMEOUT=6s")...)
+	admins := map[string]string{}
+	for _, name := range names {
+		admin := freeAddr(t)
+		admins[name] = admin
+		var env []string
+		switch name {
+		case "sequencer":
+			env = []string{"SEQUENCER_GROUP=gwt-seq-" + id, "SEQUENCER_INSTANCE_ID=gwt-" + id,
+				"SEQUENCER_ADMIN_ADDR=" + admin, "SEQUENCER_SESSION_TIMEOUT=6s"}
+		case "persister":
+			env = []string{"PERSISTER_GROUP=gwt-per-" + id, "PERSISTER_INSTANCE_ID=gwt-" + id,
+				"PERSISTER_ADMIN_ADDR=" + admin, "PERSISTER_MIGRATE=false", "PERSISTER_SESSION_TIMEOUT=6s"}
+		case "pusher":
+			env = []string{"PUSHER_GROUP=gwt-push-" + id, "PUSHER_INSTANCE_ID=gwt-" + id,
+				"PUSHER_ADMIN_ADDR=" + admin, "PUSHER_RESET_OFFSET=start", "PUSHER_SESSION_TIMEOUT=6s"}
+		default:
+			t.Fatalf("startSome: unknown service %q", name)
+		}
+		bin := proctest.Build(t, "./"+name)
+		proctest.Start(t, name, bin, append(append(append([]string(nil), common...), env...), extra...)...)
+	}
 	// Ready means partitions assigned: before that, the first commands
 	// would wait for a group join instead of testing the gateway.
 	deadline := time.Now().Add(90 * time.Second)
-	for i, a := range admins {
+	for _, name := range names {
 		for {
-			resp, err := http.Get("http://" + a + "/readyz")
+			resp, err := http.Get("http://" + admins[name] + "/readyz")
 			if err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
@@ -116,7 +132,7 @@ func (p *pipeline) startProcs() {
 				}
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s not ready within 90s: %v", []string{"sequencer", "persister", "pusher"}[i], err)
+				t.Fatalf("%s not ready within 90s: %v", name, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

@@ -21,6 +21,7 @@ type metrics struct {
 	presenceErrs prometheus.Counter
 	badBatches   prometheus.Counter
 	pushBatches  *prometheus.CounterVec // by transport
+	seqResults   *prometheus.CounterVec // by source, matched
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -76,11 +77,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pushBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqflow_gateway_push_batches_total", Help: "Push batches received, by transport (tcp: a pusher's direct stream; redis: pub/sub).",
 		}, []string{"transport"}),
+		seqResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_seq_results_total",
+			Help: "Seqs that reached the gateway for its senders' ACKs, by source (sequencer: its direct ACK after the commit; pusher: the event or duplicate ACK it pushes) and matched (true: this source answered a waiting command; false: it was answered already or gone, or the seq came before Kafka's answer to the uplink's produce and is counted again when that answer hands it over).",
+		}, []string{"source", "matched"}),
 		badBatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_bad_push_batches_total", Help: "Push frames that failed to decode.",
 		}),
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
-		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches, m.pushBatches)
+		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches, m.pushBatches, m.seqResults)
 	return m
 }

@@ -238,8 +238,14 @@ func (g *Gateway) submit(up *imv1.Uplink, traceparent string) (*pending, <-chan 
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ProduceTimeout)
-	g.kc.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+	g.kc.Produce(ctx, rec, func(r *kgo.Record, err error) {
 		cancel()
+		if err == nil {
+			if early, ok := pend.produced(r.Partition, r.Offset); ok {
+				g.waiters.remove(pend)
+				g.m.seqResults.WithLabelValues(early.source, "true").Inc()
+			}
+		}
 		g.m.produceSecs.Observe(time.Since(start).Seconds())
 		if span != nil {
 			if err != nil {

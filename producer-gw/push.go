@@ -18,7 +18,13 @@ import (
 // (waiters, membership, connection queues), so it returns quickly as
 // delivery.Handler requires.
 func (g *Gateway) onBatch(b *imv1.PushBatch) {
-	if b.SentTsMs > 0 {
+	// The sequencer's batches carry direct ACKs only (sequencer/README.md,
+	// "Direct ACKs"); the push lag is the pushers'.
+	source := "pusher"
+	if b.Sender == "sequencer" {
+		source = "sequencer"
+	}
+	if b.SentTsMs > 0 && source == "pusher" {
 		g.m.pushLag.Observe(max(0, time.Since(time.UnixMilli(b.SentTsMs)).Seconds()))
 	}
 	for _, it := range b.Items {
@@ -27,10 +33,25 @@ func (g *Gateway) onBatch(b *imv1.PushBatch) {
 			g.onEvent(x.Event, it.Recipients, it.Traceparent)
 		case *imv1.PushItem_Duplicate:
 			d := x.Duplicate
-			g.waiters.resolve(ackKey{d.SessionId, d.ClientMsgId, d.SenderUserId},
+			g.resolveSeq(source, ackKey{d.SessionId, d.ClientMsgId, d.SenderUserId},
 				seqResult{seq: d.Seq, msgID: d.MsgId, serverTs: d.OriginalServerTsMs, duplicate: true})
+		case *imv1.PushItem_Ack:
+			a := x.Ack
+			g.resolveSeq(source, ackKey{a.SessionId, a.ClientMsgId, a.SenderUserId},
+				seqResult{seq: a.Seq, msgID: a.MsgId, serverTs: a.ServerTsMs,
+					uplink: uplinkPos{a.UplinkPartition, a.UplinkOffset, true}})
 		}
 	}
+}
+
+// resolveSeq answers the commands waiting on k with r. A seq may come
+// twice, from the sequencer's direct ACK and from the pusher: the first
+// answers, the second finds nothing waiting. source is who sent it
+// (seqflow_gateway_seq_results_total).
+func (g *Gateway) resolveSeq(source string, k ackKey, r seqResult) {
+	r.source = source
+	matched := g.waiters.resolve(k, r)
+	g.m.seqResults.WithLabelValues(source, strconv.FormatBool(matched)).Inc()
 }
 
 // onEvent delivers one event; with tracing on, its delivery span is a
@@ -43,8 +64,9 @@ func (g *Gateway) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient,
 		defer span.End()
 	}
 	g.members.observe(ev)
-	g.waiters.resolve(ackKey{ev.SessionId, ev.ClientMsgId, ev.SenderUserId},
-		seqResult{seq: ev.Seq, msgID: ev.MsgId, serverTs: ev.ServerTsMs})
+	g.resolveSeq("pusher", ackKey{ev.SessionId, ev.ClientMsgId, ev.SenderUserId},
+		seqResult{seq: ev.Seq, msgID: ev.MsgId, serverTs: ev.ServerTsMs,
+			uplink: uplinkPos{ev.UplinkPartition, ev.UplinkOffset, true}})
 	var frame []byte
 	for _, r := range recipients {
 		c := g.conn(r.ConnId)

@@ -151,6 +151,59 @@ func TestWaiters(t *testing.T) {
 			t.Fatalf("toNotice = %+v, %v", r, raced)
 		}
 	})
+	t.Run("a second copy of a seq does not answer a retry sent since", func(t *testing.T) {
+		// The direct ACK answers the send at uplink 2/40; the client
+		// retries (uplink 2/41); the pusher's copy of the same seq then
+		// comes and must leave the retry to its own duplicate ACK.
+		first := w.add(k, now)
+		first.produced(2, 40)
+		seq := seqResult{seq: 7, msgID: 70, uplink: uplinkPos{2, 40, true}}
+		if !w.resolve(k, seq) {
+			t.Fatal("the first copy answered nothing")
+		}
+		if r := <-first.ch; r.seq != 7 || r.duplicate {
+			t.Fatalf("first = %+v", r)
+		}
+		retry := w.add(k, now)
+		retry.produced(2, 41)
+		if w.resolve(k, seq) {
+			t.Fatal("the second copy answered the retry")
+		}
+		if !w.resolve(k, seqResult{seq: 7, msgID: 70, duplicate: true}) {
+			t.Fatal("the duplicate ACK answered nothing")
+		}
+		if r := <-retry.ch; r.seq != 7 || !r.duplicate {
+			t.Fatalf("retry = %+v, want seq 7 duplicate", r)
+		}
+		if w.len() != 0 {
+			t.Fatal("entries left")
+		}
+	})
+	t.Run("a seq that comes before Kafka's answer to the produce waits for it", func(t *testing.T) {
+		p := w.add(k, now) // its produce callback has not run
+		if w.resolve(k, seqResult{seq: 8, uplink: uplinkPos{2, 49, true}}) {
+			t.Fatal("another uplink's seq answered a command of unknown position")
+		}
+		if w.resolve(k, seqResult{seq: 9, uplink: uplinkPos{2, 50, true}}) {
+			t.Fatal("answered before the position was known")
+		}
+		if r, ok := p.produced(2, 50); !ok || r.seq != 9 {
+			t.Fatalf("produced = %+v, %v; want the seq of its uplink handed over", r, ok)
+		}
+		w.remove(p)
+		if r := <-p.ch; r.seq != 9 {
+			t.Fatalf("got %+v, want the seq of uplink 2/50", r)
+		}
+		q := w.add(k, now)
+		w.resolve(k, seqResult{seq: 8, uplink: uplinkPos{2, 49, true}})
+		if _, ok := q.produced(2, 51); ok {
+			t.Fatal("produced handed over another uplink's seq")
+		}
+		w.remove(q)
+		if w.len() != 0 {
+			t.Fatal("entries left")
+		}
+	})
 	t.Run("expired notices are swept", func(t *testing.T) {
 		p := w.add(k, now)
 		p.toNotice(func(seqResult) {}, now.Add(time.Second))

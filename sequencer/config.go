@@ -83,6 +83,14 @@ type Config struct {
 	// OTLPEndpoint: SEQFLOW_OTLP_ENDPOINT, an OTLP/HTTP trace collector
 	// ("host:port" or URL), default empty: tracing off.
 	OTLPEndpoint string
+	// RedisAddrs: SEQFLOW_REDIS_ADDR, comma-separated, default none: where
+	// the gateways register their push stream's address. With it (and
+	// DirectAck) the sequencer sends each committed seq straight to the
+	// sender's gateway; without it ACKs come only through the pusher.
+	RedisAddrs []string
+	// DirectAck: SEQUENCER_DIRECT_ACK, default true: send direct ACKs
+	// when RedisAddrs is set (README, "Direct ACKs").
+	DirectAck bool
 	// CommitDelay: SEQUENCER_DEBUG_COMMIT_DELAY, a pause between producing a
 	// batch and committing it, default 0. Only for fault tests, which need
 	// an instance caught mid-transaction.
@@ -115,6 +123,8 @@ func LoadConfig(e *config.Env) (Config, error) {
 		KafkaDebug:        e.Bool("SEQUENCER_KAFKA_DEBUG", false),
 		OTLPEndpoint:      e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		CommitDelay:       e.Duration("SEQUENCER_DEBUG_COMMIT_DELAY", 0, 0, time.Minute),
+		RedisAddrs:        e.List("SEQFLOW_REDIS_ADDR", nil),
+		DirectAck:         e.Bool("SEQUENCER_DIRECT_ACK", true),
 	}
 	if len(c.Brokers) == 0 {
 		e.Required("SEQFLOW_KAFKA_BROKERS")

@@ -23,6 +23,7 @@ type metrics struct {
 	lag           *prometheus.GaugeVec // by partition
 	sessionsReset prometheus.Counter
 	released      prometheus.Counter
+	directAcks    *prometheus.CounterVec // by result: sent, no_receiver, failed, dropped
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -82,7 +83,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_sequencer_segments_released_total", Help: "Unused segment tails given back to PostgreSQL when partitions were revoked.",
 		}),
 	}
-	reg.MustRegister(m.records, m.batchSize, m.txnSeconds, m.uplinkWait, m.merges, m.stageSeconds, m.renewals, m.renewSeconds, m.renewErrors,
+	m.directAcks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seqflow_sequencer_direct_acks_total",
+		Help: "Committed seqs sent straight to the senders' gateways, by result: sent, no_receiver (the gateway has no push stream registered), failed (the send failed or timed out), dropped (a queue was full, or the sequencer stopped). All but sent are answered through the pusher.",
+	}, []string{"result"})
+	reg.MustRegister(m.directAcks, m.records, m.batchSize, m.txnSeconds, m.uplinkWait, m.merges, m.stageSeconds, m.renewals, m.renewSeconds, m.renewErrors,
 		m.restores, m.restoreSecs, m.dedupEvicted, m.lag, m.sessionsReset, m.released)
 	return m
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/dedup"
+	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/msgid"
 	"github.com/seqflow/seqflow/internal/segment"
@@ -50,6 +52,7 @@ type Sequencer struct {
 
 	instanceHeader kgo.RecordHeader
 	tracer         trace.Tracer
+	acks           *acker // nil: no direct ACKs (Config.DirectAck)
 }
 
 // partState is what the sequencer holds for one assigned uplink partition.
@@ -91,6 +94,14 @@ func (s *Sequencer) Run(ctx context.Context) error {
 	}
 	if err := s.checkTopics(ctx); err != nil {
 		return err
+	}
+	if s.cfg.DirectAck && len(s.cfg.RedisAddrs) > 0 {
+		rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: s.cfg.RedisAddrs})
+		defer rdb.Close()
+		s.acks = newAcker(delivery.NewTCPSender(delivery.NewRedisRegistry(rdb), delivery.TCPSenderOptions{Log: s.log}), s.log, s.m)
+		defer s.acks.close()
+	} else {
+		s.log.Info("direct ACKs off: senders get their seqs through the pusher", "direct_ack", s.cfg.DirectAck, "redis", len(s.cfg.RedisAddrs) > 0)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -582,6 +593,9 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 		return fmt.Errorf("end transaction: %w", endErr)
 	case committed:
 		b.commit(s)
+		if s.acks != nil {
+			s.acks.committed(b)
+		}
 		s.m.stageSeconds.WithLabelValues("prepare").Observe(built.Sub(polled).Seconds())
 		s.m.stageSeconds.WithLabelValues("produce").Observe(start.Sub(built).Seconds())
 		s.m.stageSeconds.WithLabelValues("commit").Observe(end.Sub(start).Seconds())

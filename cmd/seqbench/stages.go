@@ -66,6 +66,8 @@ var counters = []struct{ svc, name, labels, what string }{
 	{"sequencer", "seqflow_sequencer_poll_merges_total", `result="none"`, "sequencer: polls whose next fetch did not come in time"},
 	{"pusher", "seqflow_pusher_poll_records_count", "", "pusher: polls"},
 	{"pusher", "seqflow_pusher_poll_records_sum", "", "pusher: records in them"},
+	{"producer-gw", "seqflow_gateway_seq_results_total", `matched="true",source="sequencer"`, "gateway: ACKs answered by the sequencer's direct ACK"},
+	{"producer-gw", "seqflow_gateway_seq_results_total", `matched="true",source="pusher"`, "gateway: ACKs answered by the pusher's event"},
 	{"producer-gw", "seqflow_kafka_produce_batches_total", "", "gateway: record batches produced"},
 	{"producer-gw", "seqflow_kafka_produce_records_total", "", "gateway: records in them"},
 }

@@ -22,14 +22,19 @@ const (
 )
 
 // PushBatch is what the pusher hands one gateway per poll batch: events and
-// duplicate ACKs, each with the connections on that gateway that get it. It
-// travels over the pusher→gateway transport (internal/delivery), not Kafka.
+// duplicate ACKs, each with the connections on that gateway that get it.
+// The sequencer sends batches of SeqAck and DuplicateAck items (no
+// recipients) the same way after each commit. It travels over the
+// pusher→gateway transport (internal/delivery), not Kafka.
 type PushBatch struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	GatewayId string                 `protobuf:"bytes,1,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
 	Items     []*PushItem            `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
 	// sent_ts_ms is when the pusher handed the batch to the transport.
-	SentTsMs      int64 `protobuf:"varint,3,opt,name=sent_ts_ms,json=sentTsMs,proto3" json:"sent_ts_ms,omitempty"`
+	SentTsMs int64 `protobuf:"varint,3,opt,name=sent_ts_ms,json=sentTsMs,proto3" json:"sent_ts_ms,omitempty"`
+	// sender is "sequencer" for the sequencer's direct ACKs; empty (or
+	// "pusher") for the pusher's batches.
+	Sender        string `protobuf:"bytes,4,opt,name=sender,proto3" json:"sender,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -85,6 +90,13 @@ func (x *PushBatch) GetSentTsMs() int64 {
 	return 0
 }
 
+func (x *PushBatch) GetSender() string {
+	if x != nil {
+		return x.Sender
+	}
+	return ""
+}
+
 // PushItem is one event for some connections of one gateway.
 type PushItem struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -93,6 +105,7 @@ type PushItem struct {
 	//
 	//	*PushItem_Event
 	//	*PushItem_Duplicate
+	//	*PushItem_Ack
 	Item isPushItem_Item `protobuf_oneof:"item"`
 	// traceparent is the W3C trace context of the event's Kafka record (the
 	// gateway's send span), so the gateway's delivery span joins its trace.
@@ -164,6 +177,15 @@ func (x *PushItem) GetDuplicate() *DuplicateAck {
 	return nil
 }
 
+func (x *PushItem) GetAck() *SeqAck {
+	if x != nil {
+		if x, ok := x.Item.(*PushItem_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
 func (x *PushItem) GetTraceparent() string {
 	if x != nil {
 		return x.Traceparent
@@ -183,9 +205,15 @@ type PushItem_Duplicate struct {
 	Duplicate *DuplicateAck `protobuf:"bytes,3,opt,name=duplicate,proto3,oneof"`
 }
 
+type PushItem_Ack struct {
+	Ack *SeqAck `protobuf:"bytes,5,opt,name=ack,proto3,oneof"`
+}
+
 func (*PushItem_Event) isPushItem_Item() {}
 
 func (*PushItem_Duplicate) isPushItem_Item() {}
+
+func (*PushItem_Ack) isPushItem_Item() {}
 
 // Recipient is one connection of a user's device on the gateway.
 type Recipient struct {
@@ -248,29 +276,150 @@ func (x *Recipient) GetConnId() string {
 	return ""
 }
 
+// SeqAck is the seq a command got, sent by the sequencer straight to the
+// sender's gateway once the transaction that assigned it has committed
+// (see sequencer/README.md, "Direct ACKs"). It only answers the sender's
+// ACK: the event itself, with its recipients, still comes from the pusher,
+// which answers the ACK too when this item is lost. No recipients.
+type SeqAck struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SessionId    string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ClientMsgId  string                 `protobuf:"bytes,2,opt,name=client_msg_id,json=clientMsgId,proto3" json:"client_msg_id,omitempty"`
+	SenderUserId string                 `protobuf:"bytes,3,opt,name=sender_user_id,json=senderUserId,proto3" json:"sender_user_id,omitempty"`
+	Seq          int64                  `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	MsgId        int64                  `protobuf:"varint,5,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	ServerTsMs   int64                  `protobuf:"varint,6,opt,name=server_ts_ms,json=serverTsMs,proto3" json:"server_ts_ms,omitempty"`
+	// uplink_partition and uplink_offset locate the uplink that got the
+	// seq, as in SequencedEvent: the gateway answers that command only, not
+	// a retry of it sent since (which gets its own DuplicateAck).
+	UplinkPartition int32 `protobuf:"varint,7,opt,name=uplink_partition,json=uplinkPartition,proto3" json:"uplink_partition,omitempty"`
+	UplinkOffset    int64 `protobuf:"varint,8,opt,name=uplink_offset,json=uplinkOffset,proto3" json:"uplink_offset,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SeqAck) Reset() {
+	*x = SeqAck{}
+	mi := &file_seqflow_im_v1_push_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeqAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeqAck) ProtoMessage() {}
+
+func (x *SeqAck) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_push_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeqAck.ProtoReflect.Descriptor instead.
+func (*SeqAck) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_push_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SeqAck) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SeqAck) GetClientMsgId() string {
+	if x != nil {
+		return x.ClientMsgId
+	}
+	return ""
+}
+
+func (x *SeqAck) GetSenderUserId() string {
+	if x != nil {
+		return x.SenderUserId
+	}
+	return ""
+}
+
+func (x *SeqAck) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SeqAck) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *SeqAck) GetServerTsMs() int64 {
+	if x != nil {
+		return x.ServerTsMs
+	}
+	return 0
+}
+
+func (x *SeqAck) GetUplinkPartition() int32 {
+	if x != nil {
+		return x.UplinkPartition
+	}
+	return 0
+}
+
+func (x *SeqAck) GetUplinkOffset() int64 {
+	if x != nil {
+		return x.UplinkOffset
+	}
+	return 0
+}
+
 var File_seqflow_im_v1_push_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_push_proto_rawDesc = "" +
 	"\n" +
-	"\x18seqflow/im/v1/push.proto\x12\rseqflow.im.v1\x1a\x1dseqflow/im/v1/sequenced.proto\"w\n" +
+	"\x18seqflow/im/v1/push.proto\x12\rseqflow.im.v1\x1a\x1dseqflow/im/v1/sequenced.proto\"\x8f\x01\n" +
 	"\tPushBatch\x12\x1d\n" +
 	"\n" +
 	"gateway_id\x18\x01 \x01(\tR\tgatewayId\x12-\n" +
 	"\x05items\x18\x02 \x03(\v2\x17.seqflow.im.v1.PushItemR\x05items\x12\x1c\n" +
 	"\n" +
-	"sent_ts_ms\x18\x03 \x01(\x03R\bsentTsMs\"\xe2\x01\n" +
+	"sent_ts_ms\x18\x03 \x01(\x03R\bsentTsMs\x12\x16\n" +
+	"\x06sender\x18\x04 \x01(\tR\x06sender\"\x8d\x02\n" +
 	"\bPushItem\x128\n" +
 	"\n" +
 	"recipients\x18\x01 \x03(\v2\x18.seqflow.im.v1.RecipientR\n" +
 	"recipients\x125\n" +
 	"\x05event\x18\x02 \x01(\v2\x1d.seqflow.im.v1.SequencedEventH\x00R\x05event\x12;\n" +
-	"\tduplicate\x18\x03 \x01(\v2\x1b.seqflow.im.v1.DuplicateAckH\x00R\tduplicate\x12 \n" +
+	"\tduplicate\x18\x03 \x01(\v2\x1b.seqflow.im.v1.DuplicateAckH\x00R\tduplicate\x12)\n" +
+	"\x03ack\x18\x05 \x01(\v2\x15.seqflow.im.v1.SeqAckH\x00R\x03ack\x12 \n" +
 	"\vtraceparent\x18\x04 \x01(\tR\vtraceparentB\x06\n" +
 	"\x04item\"Z\n" +
 	"\tRecipient\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x1b\n" +
 	"\tdevice_id\x18\x02 \x01(\tR\bdeviceId\x12\x17\n" +
-	"\aconn_id\x18\x03 \x01(\tR\x06connIdB.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
+	"\aconn_id\x18\x03 \x01(\tR\x06connId\"\x8c\x02\n" +
+	"\x06SeqAck\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
+	"\rclient_msg_id\x18\x02 \x01(\tR\vclientMsgId\x12$\n" +
+	"\x0esender_user_id\x18\x03 \x01(\tR\fsenderUserId\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x03R\x03seq\x12\x15\n" +
+	"\x06msg_id\x18\x05 \x01(\x03R\x05msgId\x12 \n" +
+	"\fserver_ts_ms\x18\x06 \x01(\x03R\n" +
+	"serverTsMs\x12)\n" +
+	"\x10uplink_partition\x18\a \x01(\x05R\x0fuplinkPartition\x12#\n" +
+	"\ruplink_offset\x18\b \x01(\x03R\fuplinkOffsetB.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
 
 var (
 	file_seqflow_im_v1_push_proto_rawDescOnce sync.Once
@@ -284,24 +433,26 @@ func file_seqflow_im_v1_push_proto_rawDescGZIP() []byte {
 	return file_seqflow_im_v1_push_proto_rawDescData
 }
 
-var file_seqflow_im_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_seqflow_im_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_seqflow_im_v1_push_proto_goTypes = []any{
 	(*PushBatch)(nil),      // 0: seqflow.im.v1.PushBatch
 	(*PushItem)(nil),       // 1: seqflow.im.v1.PushItem
 	(*Recipient)(nil),      // 2: seqflow.im.v1.Recipient
-	(*SequencedEvent)(nil), // 3: seqflow.im.v1.SequencedEvent
-	(*DuplicateAck)(nil),   // 4: seqflow.im.v1.DuplicateAck
+	(*SeqAck)(nil),         // 3: seqflow.im.v1.SeqAck
+	(*SequencedEvent)(nil), // 4: seqflow.im.v1.SequencedEvent
+	(*DuplicateAck)(nil),   // 5: seqflow.im.v1.DuplicateAck
 }
 var file_seqflow_im_v1_push_proto_depIdxs = []int32{
 	1, // 0: seqflow.im.v1.PushBatch.items:type_name -> seqflow.im.v1.PushItem
 	2, // 1: seqflow.im.v1.PushItem.recipients:type_name -> seqflow.im.v1.Recipient
-	3, // 2: seqflow.im.v1.PushItem.event:type_name -> seqflow.im.v1.SequencedEvent
-	4, // 3: seqflow.im.v1.PushItem.duplicate:type_name -> seqflow.im.v1.DuplicateAck
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4, // 2: seqflow.im.v1.PushItem.event:type_name -> seqflow.im.v1.SequencedEvent
+	5, // 3: seqflow.im.v1.PushItem.duplicate:type_name -> seqflow.im.v1.DuplicateAck
+	3, // 4: seqflow.im.v1.PushItem.ack:type_name -> seqflow.im.v1.SeqAck
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_seqflow_im_v1_push_proto_init() }
@@ -313,6 +464,7 @@ func file_seqflow_im_v1_push_proto_init() {
 	file_seqflow_im_v1_push_proto_msgTypes[1].OneofWrappers = []any{
 		(*PushItem_Event)(nil),
 		(*PushItem_Duplicate)(nil),
+		(*PushItem_Ack)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -320,7 +472,7 @@ func file_seqflow_im_v1_push_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_seqflow_im_v1_push_proto_rawDesc), len(file_seqflow_im_v1_push_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
