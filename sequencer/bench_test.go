@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -49,47 +50,35 @@ func benchRounds() int {
 //
 // One iteration runs SEQFLOW_BENCH_ROUNDS rounds (default 3), each on
 // topics of its own: the ceiling, then the sequencer, on the same freshly
-// produced uplinks. It reports the medians over the rounds: of each rate,
-// of each round's ratio (sequencer / ceiling, so a ratio is always of two
-// measurements taken back to back), and of each batch stage. On a noisy
-// machine one round's ratio moves a lot with what else runs at that
-// moment; the median of alternating rounds moves less.
+// produced uplinks. It reports the round whose ratio (sequencer / ceiling)
+// is the median of the rounds' (the upper middle one for an even count):
+// its two rates, its ratio and its batch stages, all measured in that one
+// round, back to back. On a noisy machine one round's ratio moves a lot
+// with what else runs at that moment; the median round moves less.
 //
 //	go test -run XXX -bench BenchmarkSequencer_Throughput -benchtime 1x ./sequencer
 func BenchmarkSequencer_Throughput(b *testing.B) {
 	st := stack.Require(b, "kafka", "pg")
-	rounds := benchRounds()
+	type round struct {
+		seq, ceil float64
+		stages    map[string]float64
+	}
 	for i := 0; i < b.N; i++ {
-		var seqRates, ceilRates, ratios []float64
-		stages := map[string][]float64{}
-		for r := 0; r < rounds; r++ {
-			seqRate, ceilRate, batch := benchRound(b, st)
+		var rounds []round
+		for r := range benchRounds() {
+			seqRate, ceilRate, stages := benchRound(b, st)
 			b.Logf("round %d: sequencer %.0f msg/s, ceiling %.0f msg/s, ratio %.3f", r+1, seqRate, ceilRate, seqRate/ceilRate)
-			seqRates, ceilRates, ratios = append(seqRates, seqRate), append(ceilRates, ceilRate), append(ratios, seqRate/ceilRate)
-			for unit, v := range batch {
-				stages[unit] = append(stages[unit], v)
-			}
+			rounds = append(rounds, round{seqRate, ceilRate, stages})
 		}
-		for unit, vs := range stages {
-			b.ReportMetric(median(vs), unit)
+		slices.SortFunc(rounds, func(x, y round) int { return cmp.Compare(x.seq/x.ceil, y.seq/y.ceil) })
+		m := rounds[len(rounds)/2]
+		for unit, v := range m.stages {
+			b.ReportMetric(v, unit)
 		}
-		b.ReportMetric(median(seqRates), "sequencer_msgs/s")
-		b.ReportMetric(median(ceilRates), "kafka_ceiling_msgs/s")
-		b.ReportMetric(median(ratios), "ratio")
+		b.ReportMetric(m.seq, "sequencer_msgs/s")
+		b.ReportMetric(m.ceil, "kafka_ceiling_msgs/s")
+		b.ReportMetric(m.seq/m.ceil, "ratio")
 	}
-}
-
-// median of vs (the mean of the middle two for an even count).
-func median(vs []float64) float64 {
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // benchRound produces benchRecords uplinks to topics of its own, copies
