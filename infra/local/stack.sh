@@ -24,7 +24,8 @@
 # SEQFLOW_KAFKA_HEAP (default "-Xms1g -Xmx1g"), SEQFLOW_KAFKA3_HEAP (default "-Xms256m -Xmx768m"),
 # for experiments: SEQFLOW_KAFKA_GC (the brokers' garbage collector flags, default G1 with its
 # own 200 ms pause goal: see BROKER_GC_FLAGS) and SEQFLOW_KAFKA_PROPS (space-separated key=value lines added to every node's
-# server.properties), both read when a node starts.
+# server.properties), both read when a node starts; SEQFLOW_KAFKA_JAVA (the java binary
+# the brokers run on, default java on PATH, e.g. a newer JDK beside the default one).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -483,7 +484,7 @@ kafka_node_launch() { # node heap  (starts the process, does not wait)
   fi
   printf '\n===== %s starting kafka %s (%s) =====\n' "$(date -Is)" "$node" "$KAFKA_VERSION" >>"$dir/kafka.log"
   # shellcheck disable=SC2086 # heap is a flag list
-  nohup setsid java $heap "${BROKER_JVM_FLAGS[@]}" "-Dseqflow.kafka.node=$node" -cp "$LIBS/*" \
+  nohup setsid "${SEQFLOW_KAFKA_JAVA:-java}" $heap "${BROKER_JVM_FLAGS[@]}" "-Dseqflow.kafka.node=$node" -cp "$LIBS/*" \
     kafka.Kafka "$dir/server.properties" >>"$dir/kafka.log" 2>&1 </dev/null 7>&- 8>&- 9>&- &
   pid=$!
   echo "$pid" >"$dir/kafka.pid"
