@@ -75,7 +75,9 @@ func (p *pending) answers(r seqResult) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.uplink.set {
-		p.early = &r
+		if p.early == nil || p.early.uplink != r.uplink {
+			p.early = &r // a second copy of the same seq keeps the first's source
+		}
 		return false
 	}
 	return p.uplink == r.uplink

@@ -22,6 +22,7 @@ type metrics struct {
 	badBatches   prometheus.Counter
 	pushBatches  *prometheus.CounterVec // by transport
 	seqResults   *prometheus.CounterVec // by source, matched
+	seqEarly     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -81,11 +82,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_gateway_seq_results_total",
 			Help: "Seqs that reached the gateway for its senders' ACKs, by source (sequencer: its direct ACK after the commit; pusher: the event or duplicate ACK it pushes) and matched (true: this source answered a waiting command; false: it was answered already or gone, or the seq came before Kafka's answer to the uplink's produce and is counted again when that answer hands it over).",
 		}, []string{"source", "matched"}),
+		seqEarly: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqflow_gateway_seq_before_produce_ack_total",
+			Help: "Commands whose seq reached the gateway before Kafka's answer to their uplink's produce did (the ACK went out when that answer came).",
+		}),
 		badBatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_bad_push_batches_total", Help: "Push frames that failed to decode.",
 		}),
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
-		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches, m.pushBatches, m.seqResults)
+		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches, m.pushBatches, m.seqResults, m.seqEarly)
 	return m
 }

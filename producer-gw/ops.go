@@ -244,6 +244,7 @@ func (g *Gateway) submit(up *imv1.Uplink, traceparent string) (*pending, <-chan 
 			if early, ok := pend.produced(r.Partition, r.Offset); ok {
 				g.waiters.remove(pend)
 				g.m.seqResults.WithLabelValues(early.source, "true").Inc()
+				g.m.seqEarly.Inc()
 			}
 		}
 		g.m.produceSecs.Observe(time.Since(start).Seconds())

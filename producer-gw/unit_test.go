@@ -184,11 +184,12 @@ func TestWaiters(t *testing.T) {
 		if w.resolve(k, seqResult{seq: 8, uplink: uplinkPos{2, 49, true}}) {
 			t.Fatal("another uplink's seq answered a command of unknown position")
 		}
-		if w.resolve(k, seqResult{seq: 9, uplink: uplinkPos{2, 50, true}}) {
+		if w.resolve(k, seqResult{seq: 9, uplink: uplinkPos{2, 50, true}, source: "sequencer"}) {
 			t.Fatal("answered before the position was known")
 		}
-		if r, ok := p.produced(2, 50); !ok || r.seq != 9 {
-			t.Fatalf("produced = %+v, %v; want the seq of its uplink handed over", r, ok)
+		w.resolve(k, seqResult{seq: 9, uplink: uplinkPos{2, 50, true}, source: "pusher"}) // the second copy
+		if r, ok := p.produced(2, 50); !ok || r.seq != 9 || r.source != "sequencer" {
+			t.Fatalf("produced = %+v, %v; want the seq of its uplink handed over, from the first copy", r, ok)
 		}
 		w.remove(p)
 		if r := <-p.ch; r.seq != 9 {

@@ -68,6 +68,7 @@ var counters = []struct{ svc, name, labels, what string }{
 	{"pusher", "seqflow_pusher_poll_records_sum", "", "pusher: records in them"},
 	{"producer-gw", "seqflow_gateway_seq_results_total", `matched="true",source="sequencer"`, "gateway: ACKs answered by the sequencer's direct ACK"},
 	{"producer-gw", "seqflow_gateway_seq_results_total", `matched="true",source="pusher"`, "gateway: ACKs answered by the pusher's event"},
+	{"producer-gw", "seqflow_gateway_seq_before_produce_ack_total", "", "gateway: of those, seqs that came before Kafka's answer to the uplink's produce"},
 	{"producer-gw", "seqflow_kafka_produce_batches_total", "", "gateway: record batches produced"},
 	{"producer-gw", "seqflow_kafka_produce_records_total", "", "gateway: records in them"},
 }
