@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -57,6 +58,11 @@ func TestDirectAck(t *testing.T) {
 			a.send(sendFrame(session, id, "hi bob"))
 			if r := a.mustAckOK(id); r.Seq != ack.Seq || r.MsgID != ack.MsgID || !r.Duplicate {
 				t.Fatalf("retried send = %+v, want seq %d msg_id %s duplicate", r, ack.Seq, ack.MsgID)
+			}
+			// The gateway counts a seq just after handing it to the command,
+			// so the count may trail the ACK by a moment.
+			for deadline := time.Now().Add(5 * time.Second); answered() < 2 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
 			}
 			if got := answered(); got != 2 {
 				t.Fatalf("seqs answered by the sequencer: %v, want 2 (the send and its retry)", got)
