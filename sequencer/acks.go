@@ -14,14 +14,15 @@ import (
 
 // Direct ACKs. Once a transaction has committed, its seqs are durable: the
 // commit is in the transaction log, and its markers follow whatever fails.
-// Until now a sender learned its seq only when the pusher had read the
+// Without this, a sender learns its seq only once the pusher has read the
 // event back (read_committed, so after the markers) and pushed it to the
 // sender's gateway. The acker sends each committed batch's seqs, and its
 // duplicates' original seqs, straight to the senders' gateways over their
 // push stream (internal/delivery's TCP transport, addresses from the Redis
 // registry) as SeqAck and DuplicateAck items without recipients. The
-// gateway answers a waiting command with whichever comes first; the
-// pusher's copy still comes, and answers when the direct one was lost.
+// gateway answers a waiting command with whichever comes first (a seq only
+// the command of the uplink that got it); the pusher's copy still comes,
+// and answers when the direct one was lost.
 //
 // Nothing here can hold up sequencing: the loop hands a committed batch
 // over without waiting, each gateway has its own queue and worker (one
@@ -66,7 +67,7 @@ func newAcker(send delivery.Sender, log *slog.Logger, m *metrics) *acker {
 }
 
 // committed hands over a committed batch. It never blocks: with the
-// dispatcher behind, the batch's ACKs are dropped (the pusher's answer
+// dispatcher behind, the batch's ACKs are dropped (the pusher answers
 // them). The batch must not change afterwards.
 func (a *acker) committed(b *batch) {
 	select {
@@ -215,11 +216,7 @@ func (b *batch) acks() map[string][]*imv1.PushItem {
 				} else {
 					e = pb.items[it.first].entry
 				}
-				item = &imv1.PushItem{Item: &imv1.PushItem_Duplicate{Duplicate: &imv1.DuplicateAck{
-					SessionId: u.SessionId, ClientMsgId: u.ClientMsgId, Seq: e.Seq, MsgId: e.MsgID,
-					SenderUserId: u.SenderUserId, SenderDeviceId: u.SenderDeviceId, GatewayId: u.GatewayId,
-					OriginalServerTsMs: e.ServerTsMs, ServerTsMs: b.nowMs,
-				}}}
+				item = &imv1.PushItem{Item: &imv1.PushItem_Duplicate{Duplicate: duplicateOf(u, e, b.nowMs)}}
 			default:
 				item = &imv1.PushItem{Item: &imv1.PushItem_Ack{Ack: &imv1.SeqAck{
 					SessionId: u.SessionId, ClientMsgId: u.ClientMsgId, SenderUserId: u.SenderUserId,

@@ -283,15 +283,21 @@ func headerValue(r *kgo.Record, key string) []byte {
 // traceparent, so the sender's trace shows the duplicate answer.
 func duplicateAck(topic string, p int32, it *item, e dedup.Entry, nowMs int64) *kgo.Record {
 	u := it.up
-	v, _ := proto.Marshal(&imv1.DuplicateAck{
-		SessionId: u.SessionId, ClientMsgId: u.ClientMsgId, Seq: e.Seq, MsgId: e.MsgID,
-		SenderUserId: u.SenderUserId, SenderDeviceId: u.SenderDeviceId, GatewayId: u.GatewayId,
-		OriginalServerTsMs: e.ServerTsMs, ServerTsMs: nowMs,
-	})
+	v, _ := proto.Marshal(duplicateOf(u, e, nowMs))
 	return &kgo.Record{
 		Topic: topic, Partition: p, Key: []byte(u.SessionId), Value: v,
 		Timestamp: time.UnixMilli(nowMs),
 		Headers:   eventlog.Headers("duplicate", "seqflow.im.v1.DuplicateAck", service, eventlog.Header(it.rec, schemas.HeaderTraceparent)),
+	}
+}
+
+// duplicateOf is the DuplicateAck answering u, a retry of the message
+// that got e, seen at nowMs: on im.duplicates.v1 and in direct ACKs.
+func duplicateOf(u *imv1.Uplink, e dedup.Entry, nowMs int64) *imv1.DuplicateAck {
+	return &imv1.DuplicateAck{
+		SessionId: u.SessionId, ClientMsgId: u.ClientMsgId, Seq: e.Seq, MsgId: e.MsgID,
+		SenderUserId: u.SenderUserId, SenderDeviceId: u.SenderDeviceId, GatewayId: u.GatewayId,
+		OriginalServerTsMs: e.ServerTsMs, ServerTsMs: nowMs,
 	}
 }
 
