@@ -15,6 +15,8 @@
 # with the last side's settings: restart it plainly after.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=infra/local/ab-lib.sh
+. "$root/infra/local/ab-lib.sh"
 a=${1:?usage: ab-broker.sh "ENV A" "ENV B" [ROUNDS] [RUNS]}
 b=${2:?usage: ab-broker.sh "ENV A" "ENV B" [ROUNDS] [RUNS]}
 rounds=${3:-2} runs=${4:-2}
@@ -38,20 +40,8 @@ for r in $(seq "$rounds"); do
       (cd "$root" && SEQBENCH_PHASES=e2e SEQBENCH_DOC= SEQBENCH_JSON="$json" timeout 600 "$work/seqbench" >"$work/$side-$r-$i.log" 2>&1) ||
         { echo "round $r side $side run $i failed:"; tail -5 "$work/$side-$r-$i.log"; exit 1; }
       [ "$i" = 0 ] && continue
-      line="  round $r side $side run $i:"
-      for k in "${keys[@]}"; do
-        v=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], 'nan'))" "$json" "$k")
-        vals[$side.$k]+="$v "
-        line+=" $k=$(printf '%.1f' "$v")"
-      done
-      echo "$line"
+      ab_record "$side" "$json" "  round $r side $side run $i:"
     done
   done
 done
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-echo "medians (A -> B):"
-for k in "${keys[@]}"; do
-  x=$(tr ' ' '\n' <<<"${vals[A.$k]}" | grep . | median)
-  y=$(tr ' ' '\n' <<<"${vals[B.$k]}" | grep . | median)
-  printf '  %-34s %10.1f -> %10.1f\n' "$k" "$x" "$y"
-done
+ab_summary A B

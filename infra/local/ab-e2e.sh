@@ -17,6 +17,8 @@
 # (infra/local/stack.sh up).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=infra/local/ab-lib.sh
+. "$root/infra/local/ab-lib.sh"
 base=${1:?usage: ab-e2e.sh BASE_REV [RUNS]}
 runs=${2:-3}
 [ -f "$root/.data/local.env" ] || { echo "ab-e2e: no .data/local.env: run infra/local/stack.sh up" >&2; exit 1; }
@@ -47,19 +49,7 @@ for i in $(seq "$runs"); do
     # shellcheck disable=SC2086 # NAME=value words
     (cd "$dir" && env $env SEQBENCH_PHASES=e2e SEQBENCH_DOC= SEQBENCH_ROOT="$dir" SEQBENCH_JSON="$json" \
       timeout 600 "$work/seqbench" >"$work/$side-$i.log" 2>&1) || { echo "run $i $side failed:"; tail -5 "$work/$side-$i.log"; exit 1; }
-    line="  run $i $side:"
-    for k in "${keys[@]}"; do
-      v=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], 'nan'))" "$json" "$k")
-      vals[$side.$k]+="$v "
-      line+=" $k=$(printf '%.1f' "$v")"
-    done
-    echo "$line"
+    ab_record "$side" "$json" "  run $i $side:"
   done
 done
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-echo "medians (base -> new):"
-for k in "${keys[@]}"; do
-  b=$(tr ' ' '\n' <<<"${vals[base.$k]}" | grep . | median)
-  n=$(tr ' ' '\n' <<<"${vals[new.$k]}" | grep . | median)
-  printf '  %-22s %10.1f -> %10.1f\n' "$k" "$b" "$n"
-done
+ab_summary base new
