@@ -10,7 +10,9 @@
 #   SEQBENCH_E2E_MAX=false SEQBENCH_E2E_PACED_RUNS=2 infra/local/ab-broker.sh \
 #     "SEQFLOW_KAFKA_JAVA=java" "SEQFLOW_KAFKA_JAVA=/usr/lib/jvm/temurin-25-jdk-amd64/bin/java" 2 2
 # Each side's words go to infra/local/stack.sh (SEQFLOW_KAFKA_JAVA,
-# SEQFLOW_KAFKA_GC, SEQFLOW_KAFKA_PROPS, ...). SEQBENCH_* settings pass
+# SEQFLOW_KAFKA_GC, SEQFLOW_KAFKA_PROPS, ...); a side with a ';' is split on
+# ';' instead of spaces, for values with spaces in them, e.g.
+#   "SEQFLOW_KAFKA_PROPS=num.io.threads=2 num.network.threads=1;SEQFLOW_KAFKA_JAVA=java" SEQBENCH_* settings pass
 # through to seqbench. ROUNDS defaults to 2, RUNS to 2. Leaves the stack up
 # with the last side's settings: restart it plainly after.
 set -euo pipefail
@@ -31,9 +33,13 @@ for r in $(seq "$rounds"); do
   for side in A B; do
     env=$a
     [ "$side" = B ] && env=$b
+    if [[ $env == *";"* ]]; then
+      IFS=';' read -ra words <<<"$env"
+    else
+      read -ra words <<<"$env"
+    fi
     bash "$root/infra/local/stack.sh" down >/dev/null
-    # shellcheck disable=SC2086 # NAME=value words
-    env $env bash "$root/infra/local/stack.sh" up >/dev/null
+    env "${words[@]}" bash "$root/infra/local/stack.sh" up >/dev/null
     set -a; . "$root/.data/local.env"; set +a
     for i in $(seq 0 "$runs"); do
       json=$work/$side-$r-$i.json
