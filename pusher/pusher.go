@@ -481,7 +481,7 @@ func (p *Pusher) ensureMembership(ctx context.Context, parts []kgo.FetchTopicPar
 		wg.Go(func() {
 			start := time.Now()
 			until := fp.Records[0].Offset
-			mp, st, err := membership.Replay(ctx, eventlog.ClientOpts(p.cfg.Brokers, "seqflow-pusher-replay"), fp.Topic, fp.Partition, until)
+			mp, st, err := membership.Replay(ctx, eventlog.ClientOpts(p.cfg.Brokers, "seqflow-pusher-replay"), fp.Topic, fp.Partition, until, 0)
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if err != nil {

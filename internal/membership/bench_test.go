@@ -77,7 +77,7 @@ func BenchmarkReplay_Records100k(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		p, stats, err := Replay(ctx, eventlog.ClientOpts(st.KafkaBrokers, "membership-bench"), topics.Sequenced, 0, n)
+		p, stats, err := Replay(ctx, eventlog.ClientOpts(st.KafkaBrokers, "membership-bench"), topics.Sequenced, 0, n, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,7 +2,9 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -12,6 +14,12 @@ import (
 	"github.com/seqflow/seqflow/schemas"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
+
+// DefaultReplayStall is how long a Replay waits for the next records.
+const DefaultReplayStall = 15 * time.Second
+
+// ErrReplayStalled: a Replay read nothing for its stall time.
+var ErrReplayStalled = errors.New("membership replay stalled")
 
 // ReplayStats says what a Replay read.
 type ReplayStats struct {
@@ -33,7 +41,15 @@ type ReplayStats struct {
 // stable offset, which it is when it comes from a read_committed fetch.
 // opts are the client options (seed brokers, client ID); Replay adds the
 // isolation level and consumed partition itself.
-func Replay(ctx context.Context, opts []kgo.Opt, topic string, p int32, until int64) (*Partition, ReplayStats, error) {
+//
+// A replay that reads nothing for stall (0: DefaultReplayStall) gives up
+// with ErrReplayStalled: its caller (the pusher's poll loop) waits for
+// it, and a broker that does not answer must not hold that loop for as
+// long as ctx lives. A long replay that keeps reading is not cut short.
+func Replay(ctx context.Context, opts []kgo.Opt, topic string, p int32, until int64, stall time.Duration) (*Partition, ReplayStats, error) {
+	if stall <= 0 {
+		stall = DefaultReplayStall
+	}
 	part := NewPartition()
 	st := ReplayStats{Until: until}
 	cl, err := kgo.NewClient(append(opts[:len(opts):len(opts)],
@@ -58,9 +74,14 @@ func Replay(ctx context.Context, opts []kgo.Opt, topic string, p int32, until in
 	}
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(start.Offset)}})
 	for {
-		fs := cl.PollFetches(ctx)
+		pctx, cancel := context.WithTimeout(ctx, stall)
+		fs := cl.PollFetches(pctx)
+		cancel()
 		if ctx.Err() != nil {
 			return nil, st, ctx.Err()
+		}
+		if pctx.Err() != nil && fs.NumRecords() == 0 {
+			return nil, st, fmt.Errorf("%w: nothing read from %s/%d for %v (at %d records, until offset %d)", ErrReplayStalled, topic, p, stall, st.Records, until)
 		}
 		if err := fs.Err0(); err != nil {
 			return nil, st, fmt.Errorf("read %s/%d: %w", topic, p, err)

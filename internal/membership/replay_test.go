@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func TestReplay(t *testing.T) {
 				want.Apply(r.ev)
 			}
 		}
-		got, stats, err := Replay(ctx, eventlog.ClientOpts(st.KafkaBrokers, "membership-test"), topics.Sequenced, 0, until)
+		got, stats, err := Replay(ctx, eventlog.ClientOpts(st.KafkaBrokers, "membership-test"), topics.Sequenced, 0, until, 0)
 		if err != nil {
 			t.Fatalf("replay until %d: %v", until, err)
 		}
@@ -122,8 +123,60 @@ func TestReplay(t *testing.T) {
 			t.Fatalf("replay until %d: members %v, want %v (stats %+v)", until, got.Members(s), want.Members(s), stats)
 		}
 	}
-	final, _, _ := Replay(ctx, eventlog.ClientOpts(st.KafkaBrokers, "membership-test"), topics.Sequenced, 0, end.Offset)
+	final, _, _ := Replay(ctx, eventlog.ClientOpts(st.KafkaBrokers, "membership-test"), topics.Sequenced, 0, end.Offset, 0)
 	if m := final.Members(s); !slices.Equal(m, []string{"alice", "carol"}) {
 		t.Fatalf("final members %v, want [alice carol]: aborted events must not count", m)
+	}
+}
+
+// TestReplayStalls: a replay whose records do not come (here: until lies
+// past the end of the partition, so they never will) gives up after its
+// stall time with ErrReplayStalled, instead of holding its caller until
+// ctx ends.
+func TestReplayStalls(t *testing.T) {
+	st := stack.Require(t, "kafka")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	topics := eventlog.Names("t-" + uuid.NewString()[:8] + ".")
+	adm, err := kgo.NewClient(eventlog.ClientOpts(st.KafkaBrokers, "membership-test")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if err := eventlog.EnsureTopics(ctx, kadm.NewClient(adm), eventlog.Specs(topics, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := kgo.NewClient(append(eventlog.ClientOpts(st.KafkaBrokers, "membership-test"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	s := "s-" + uuid.NewString()[:8]
+	v, _ := proto.Marshal(create(s, 1, "alice", "bob"))
+	if err := pr.ProduceSync(ctx, &kgo.Record{Topic: topics.Sequenced, Partition: 0, Key: []byte(s), Value: v,
+		Headers: eventlog.Headers("session_create", "seqflow.im.v1.SequencedEvent", "test", "")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Offset 0 is there: the replay up to 1 reads it and ends.
+	got, _, err := Replay(ctx, eventlog.ClientOpts(st.KafkaBrokers, "membership-test"), topics.Sequenced, 0, 1, 2*time.Second)
+	if err != nil {
+		t.Fatalf("replay until 1: %v", err)
+	}
+	if m := got.Members(s); !slices.Equal(m, []string{"alice", "bob"}) {
+		t.Fatalf("members %v, want [alice bob]", m)
+	}
+	// Offsets 1..9 are not: it must give up after its stall time.
+	start := time.Now()
+	_, stats, err := Replay(ctx, eventlog.ClientOpts(st.KafkaBrokers, "membership-test"), topics.Sequenced, 0, 10, 500*time.Millisecond)
+	if !errors.Is(err, ErrReplayStalled) {
+		t.Fatalf("replay until 10 of a 1-record partition: err %v, want ErrReplayStalled", err)
+	}
+	if stats.Records != 1 {
+		t.Fatalf("read %d records before stalling, want 1", stats.Records)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the replay returned only when the test's context ended (%v after it started)", time.Since(start))
 	}
 }
