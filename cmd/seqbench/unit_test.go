@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -126,6 +127,8 @@ func TestLoadConfig(t *testing.T) {
 		{"online not below members", map[string]string{"SEQBENCH_FANOUT_ONLINE": "10000"}, "", "SEQBENCH_FANOUT_ONLINE"},
 		{"no brokers", nil, "SEQFLOW_KAFKA_BROKERS", "SEQFLOW_KAFKA_BROKERS"},
 		{"no pg", nil, "SEQFLOW_PG_URL", "SEQFLOW_PG_URL is required"},
+		{"service env without a value", map[string]string{"SEQBENCH_SERVICE_ENV": "GOMAXPROCS=1 GOGC"}, "", `SEQBENCH_SERVICE_ENV: "GOGC" is not NAME=value`},
+		{"service env without a name", map[string]string{"SEQBENCH_SERVICE_ENV": "=1"}, "", `SEQBENCH_SERVICE_ENV: "=1" is not NAME=value`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +145,7 @@ func TestLoadConfig(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.IdleConns != 20_000 || c.FixedRate != 2000 || len(c.Phases) != len(Phases) {
+				if c.IdleConns != 20_000 || c.FixedRate != 2000 || len(c.Phases) != len(Phases) || len(c.ServiceEnv) != 0 {
 					t.Fatalf("defaults not applied: %+v", c)
 				}
 				return
@@ -151,6 +154,17 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tt.err)
 			}
 		})
+	}
+	m := map[string]string{"SEQBENCH_SERVICE_ENV": " GOMAXPROCS=1  GOGC=200 "}
+	for k, v := range base {
+		m[k] = v
+	}
+	c, err := LoadConfig(config.FromMap(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.ServiceEnv, []string{"GOMAXPROCS=1", "GOGC=200"}) {
+		t.Fatalf("SEQBENCH_SERVICE_ENV parsed as %q", c.ServiceEnv)
 	}
 }
 
