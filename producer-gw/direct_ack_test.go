@@ -4,7 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/seqflow/seqflow/internal/wire"
 )
@@ -70,6 +72,24 @@ func TestDirectAck(t *testing.T) {
 			if got := testutil.ToFloat64(m.WithLabelValues("pusher", "true")); got != 0 {
 				t.Fatalf("seqs answered by a pusher: %v, want 0 (none runs)", got)
 			}
+			// The arrival histogram times the send's seq; the retry's
+			// duplicate ACK carries the original's server_ts, so it is left out.
+			if got := testutil.CollectAndCount(gw.g.m.seqArrival, "seqflow_gateway_seq_arrival_seconds"); got != 1 {
+				t.Fatalf("seq arrival series: %d, want 1 (source sequencer)", got)
+			}
+			if n := histCount(t, gw.g.m.seqArrival.WithLabelValues("sequencer")); n != 1 {
+				t.Fatalf("seq arrivals timed from the sequencer: %d, want 1 (the send, not its retry)", n)
+			}
 		})
 	}
+}
+
+// histCount is how many observations h holds.
+func histCount(t *testing.T, h prometheus.Observer) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

@@ -20,8 +20,9 @@ type metrics struct {
 	receiptFails prometheus.Counter
 	presenceErrs prometheus.Counter
 	badBatches   prometheus.Counter
-	pushBatches  *prometheus.CounterVec // by transport
-	seqResults   *prometheus.CounterVec // by source, matched
+	pushBatches  *prometheus.CounterVec   // by transport
+	seqResults   *prometheus.CounterVec   // by source, matched
+	seqArrival   *prometheus.HistogramVec // by source
 	seqEarly     prometheus.Counter
 }
 
@@ -82,6 +83,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_gateway_seq_results_total",
 			Help: "Seqs that reached the gateway for its senders' ACKs, by source (sequencer: its direct ACK after the commit; pusher: the event or duplicate ACK it pushes) and matched (true: this source answered a waiting command; false: it was answered already or gone, or the seq came before Kafka's answer to the uplink's produce and is counted again when that answer hands it over).",
 		}, []string{"source", "matched"}),
+		seqArrival: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "seqflow_gateway_seq_arrival_seconds",
+			Help:    "From a new seq's server_ts_ms (set by the sequencer before its transaction commits) to each copy's arrival, by source (sequencer, pusher), whether or not it answered a command; duplicates are left out.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 1.5, 24),
+		}, []string{"source"}),
 		seqEarly: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_seq_before_produce_ack_total",
 			Help: "Commands whose seq reached the gateway before Kafka's answer to their uplink's produce did (the ACK went out when that answer came).",
@@ -91,6 +97,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
-		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches, m.pushBatches, m.seqResults, m.seqEarly)
+		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly)
 	return m
 }

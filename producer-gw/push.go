@@ -50,6 +50,9 @@ func (g *Gateway) onBatch(b *imv1.PushBatch) {
 // (seqflow_gateway_seq_results_total).
 func (g *Gateway) resolveSeq(source string, k ackKey, r seqResult) {
 	r.source = source
+	if !r.duplicate && r.serverTs > 0 {
+		g.m.seqArrival.WithLabelValues(source).Observe(max(0, time.Since(time.UnixMilli(r.serverTs)).Seconds()))
+	}
 	matched := g.waiters.resolve(k, r)
 	g.m.seqResults.WithLabelValues(source, strconv.FormatBool(matched)).Inc()
 }

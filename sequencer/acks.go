@@ -54,13 +54,20 @@ type acker struct {
 	wg      sync.WaitGroup
 
 	mu      sync.Mutex
-	workers map[string]chan []*imv1.PushItem
+	workers map[string]chan ackSend
+}
+
+// ackSend is what a gateway's worker sends: the items, and when the
+// oldest of their transactions' End returned.
+type ackSend struct {
+	items []*imv1.PushItem
+	ended time.Time
 }
 
 func newAcker(send delivery.Sender, log *slog.Logger, m *metrics) *acker {
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &acker{send: send, log: log, m: m, ctx: ctx, cancel: cancel,
-		batches: make(chan *batch, ackBatches), workers: map[string]chan []*imv1.PushItem{}}
+		batches: make(chan *batch, ackBatches), workers: map[string]chan ackSend{}}
 	a.wg.Add(1)
 	go a.dispatch()
 	return a
@@ -102,34 +109,34 @@ func (a *acker) dispatch() {
 			}
 		case b := <-a.batches:
 			for gw, items := range b.acks() {
-				a.toGateway(gw, items)
+				a.toGateway(gw, ackSend{items: items, ended: b.ended})
 			}
 		}
 	}
 }
 
 // toGateway queues items for gw's worker, starting it if there is none.
-func (a *acker) toGateway(gw string, items []*imv1.PushItem) {
+func (a *acker) toGateway(gw string, s ackSend) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	q := a.workers[gw]
 	if q == nil {
-		q = make(chan []*imv1.PushItem, ackQueue)
+		q = make(chan ackSend, ackQueue)
 		a.workers[gw] = q
 		a.wg.Add(1)
 		go a.worker(gw, q)
 	}
 	select {
-	case q <- items:
+	case q <- s:
 	default:
-		a.m.directAcks.WithLabelValues("dropped").Add(float64(len(items)))
+		a.m.directAcks.WithLabelValues("dropped").Add(float64(len(s.items)))
 	}
 }
 
 // worker sends gw's batches in order, merging what queued up meanwhile.
 // It ends after ackIdle without batches (under a.mu, with its queue empty,
 // so nothing is queued to a worker that is gone).
-func (a *acker) worker(gw string, q chan []*imv1.PushItem) {
+func (a *acker) worker(gw string, q chan ackSend) {
 	defer a.wg.Done()
 	idle := time.NewTimer(ackIdle)
 	defer idle.Stop()
@@ -138,8 +145,8 @@ func (a *acker) worker(gw string, q chan []*imv1.PushItem) {
 		case <-a.ctx.Done():
 			for {
 				select {
-				case items := <-q:
-					a.m.directAcks.WithLabelValues("dropped").Add(float64(len(items)))
+				case s := <-q:
+					a.m.directAcks.WithLabelValues("dropped").Add(float64(len(s.items)))
 				default:
 					return
 				}
@@ -153,29 +160,33 @@ func (a *acker) worker(gw string, q chan []*imv1.PushItem) {
 			}
 			a.mu.Unlock()
 			idle.Reset(ackIdle)
-		case items := <-q:
+		case s := <-q:
 		more:
-			for len(items) < ackMaxItems {
+			for len(s.items) < ackMaxItems {
 				select {
 				case next := <-q:
-					items = append(items, next...)
+					s.items = append(s.items, next.items...)
 				default:
 					break more
 				}
 			}
-			a.sendTo(gw, items)
+			a.sendTo(gw, s)
 			idle.Reset(ackIdle)
 		}
 	}
 }
 
-func (a *acker) sendTo(gw string, items []*imv1.PushItem) {
+func (a *acker) sendTo(gw string, s ackSend) {
 	ctx, cancel := context.WithTimeout(a.ctx, ackSendTimeout)
 	defer cancel()
+	items := s.items
 	err := a.send.Send(ctx, &imv1.PushBatch{GatewayId: gw, Items: items, SentTsMs: time.Now().UnixMilli(), Sender: "sequencer"})
 	result := "sent"
 	switch {
 	case err == nil:
+		if !s.ended.IsZero() {
+			a.m.directAckSecs.Observe(time.Since(s.ended).Seconds())
+		}
 	case errors.Is(err, delivery.ErrNoReceiver):
 		result = "no_receiver"
 	default:

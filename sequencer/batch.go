@@ -53,6 +53,7 @@ type partBatch struct {
 type batch struct {
 	nowMs int64
 	parts []*partBatch
+	ended time.Time // when its transaction's End returned, committed
 }
 
 // prepare decodes and classifies every record, per partition in parallel,

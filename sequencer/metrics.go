@@ -24,6 +24,7 @@ type metrics struct {
 	sessionsReset prometheus.Counter
 	released      prometheus.Counter
 	directAcks    *prometheus.CounterVec // by result: sent, no_receiver, failed, dropped
+	directAckSecs prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -87,7 +88,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "seqflow_sequencer_direct_acks_total",
 		Help: "Committed seqs sent straight to the senders' gateways, by result: sent, no_receiver (the gateway has no push stream registered), failed (the send failed or timed out), dropped (a queue was full, or the sequencer stopped). All but sent are answered through the pusher.",
 	}, []string{"result"})
-	reg.MustRegister(m.directAcks, m.records, m.batchSize, m.txnSeconds, m.uplinkWait, m.merges, m.stageSeconds, m.renewals, m.renewSeconds, m.renewErrors,
+	m.directAckSecs = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "seqflow_sequencer_direct_ack_seconds",
+		Help:    "From a transaction's End returning committed to its direct ACKs written to the sender's gateway (the oldest transaction of a send).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 1.5, 28),
+	})
+	reg.MustRegister(m.directAcks, m.directAckSecs, m.records, m.batchSize, m.txnSeconds, m.uplinkWait, m.merges, m.stageSeconds, m.renewals, m.renewSeconds, m.renewErrors,
 		m.restores, m.restoreSecs, m.dedupEvicted, m.lag, m.sessionsReset, m.released)
 	return m
 }

@@ -594,6 +594,7 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	case committed:
 		b.commit(s)
 		if s.acks != nil {
+			b.ended = end
 			s.acks.committed(b)
 		}
 		s.m.stageSeconds.WithLabelValues("prepare").Observe(built.Sub(polled).Seconds())
