@@ -109,6 +109,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 	if len(c.Brokers) == 0 {
 		e.Required("SEQFLOW_KAFKA_BROKERS")
 	}
+	eventlog.CheckCompression(e)
 	err := e.Err()
 	if !schemaName.MatchString(c.Schema) {
 		err = joinErr(err, fmt.Errorf("PERSISTER_SCHEMA=%q: want a lower-case SQL identifier", c.Schema))

@@ -310,6 +310,7 @@ func TestLoadConfig(t *testing.T) {
 		{"retry bounds crossed", "PERSISTER_RETRY_MIN", "10s", "PERSISTER_RETRY_MIN 10s is above"},
 		{"bad bool", "PERSISTER_MIGRATE", "perhaps", "PERSISTER_MIGRATE"},
 		{"bad debug bool", "PERSISTER_KAFKA_DEBUG", "verbose", "PERSISTER_KAFKA_DEBUG"},
+		{"unknown codec", "SEQFLOW_KAFKA_COMPRESSION", "gzip", `SEQFLOW_KAFKA_COMPRESSION="gzip": want one of snappy, lz4, zstd, none`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := map[string]string{}

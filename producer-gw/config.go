@@ -194,6 +194,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 	if len(c.Brokers) == 0 {
 		e.Required("SEQFLOW_KAFKA_BROKERS")
 	}
+	eventlog.CheckCompression(e)
 	secret := e.String("GATEWAY_JWT_HS256_SECRET", "")
 	pub := e.String("GATEWAY_JWT_ED25519_PUBLIC_KEY", "")
 	devPriv := e.String("GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY", "")

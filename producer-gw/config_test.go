@@ -43,6 +43,8 @@ func TestLoadConfig(t *testing.T) {
 			}
 		}},
 		{name: "produce linger too long", set: map[string]string{"GATEWAY_PRODUCE_LINGER": "2s"}, wantErr: "GATEWAY_PRODUCE_LINGER"},
+		{name: "unknown codec", set: map[string]string{"SEQFLOW_KAFKA_COMPRESSION": "gzip"}, wantErr: `SEQFLOW_KAFKA_COMPRESSION="gzip"`},
+		{name: "a known codec", set: map[string]string{"SEQFLOW_KAFKA_COMPRESSION": "zstd"}},
 		{name: "admin off", set: map[string]string{"GATEWAY_ADMIN_ADDR": ""}, check: func(t *testing.T, c Config) {
 			if c.AdminAddr != "" {
 				t.Fatalf("admin addr %q, want off", c.AdminAddr)

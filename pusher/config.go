@@ -137,6 +137,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 	if len(c.Brokers) == 0 {
 		e.Required("SEQFLOW_KAFKA_BROKERS")
 	}
+	eventlog.CheckCompression(e)
 	if len(c.RedisAddrs) == 0 {
 		e.Required("SEQFLOW_REDIS_ADDR")
 	}

@@ -41,6 +41,7 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatalf("admin address %q, want off", c.AdminAddr)
 			}
 		}},
+		{"unknown codec", base(map[string]string{"SEQFLOW_KAFKA_COMPRESSION": "gzip"}), []string{`SEQFLOW_KAFKA_COMPRESSION="gzip"`}, nil},
 		{"missing brokers and redis", map[string]string{}, []string{"SEQFLOW_KAFKA_BROKERS is required", "SEQFLOW_REDIS_ADDR is required"}, nil},
 		{"bad values are all reported", base(map[string]string{"PUSHER_SEND_TIMEOUT": "soon", "PUSHER_GATEWAY_QUEUE": "0",
 			"PUSHER_TRANSPORT": "carrier-pigeon", "PUSHER_RESET_OFFSET": "middle", "PUSHER_PRESENCE_CACHE": "maybe",

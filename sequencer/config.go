@@ -129,6 +129,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 	if len(c.Brokers) == 0 {
 		e.Required("SEQFLOW_KAFKA_BROKERS")
 	}
+	eventlog.CheckCompression(e)
 	if c.MaxPollRecords > c.Step {
 		err := fmt.Errorf("SEQUENCER_MAX_POLL_RECORDS=%d is above SEQUENCER_STEP=%d: a crash could then leave a gap of more than one step", c.MaxPollRecords, c.Step)
 		return c, fmt.Errorf("sequencer config: %w", errors.Join(e.Err(), err))

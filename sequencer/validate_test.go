@@ -215,6 +215,10 @@ func TestConfigRefusesBatchesAboveTheStep(t *testing.T) {
 	if _, err := LoadConfig(config.FromMap(map[string]string{"SEQFLOW_KAFKA_BROKERS": "127.0.0.1:1", "SEQFLOW_PG_URL": "postgres://x"})); err != nil {
 		t.Fatalf("defaults must be valid: %v", err)
 	}
+	_, err = LoadConfig(config.FromMap(map[string]string{"SEQFLOW_KAFKA_BROKERS": "127.0.0.1:1", "SEQFLOW_PG_URL": "postgres://x", "SEQFLOW_KAFKA_COMPRESSION": "gzip"}))
+	if err == nil || !strings.Contains(err.Error(), `SEQFLOW_KAFKA_COMPRESSION="gzip"`) {
+		t.Fatalf("want a clear error about the codec, got %v", err)
+	}
 	_, err = LoadConfig(config.FromMap(map[string]string{"SEQUENCER_STEP": "zero"}))
 	for _, want := range []string{"SEQFLOW_PG_URL is required", "SEQFLOW_KAFKA_BROKERS is required", "SEQUENCER_STEP="} {
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -121,6 +122,20 @@ func (e *Env) Bool(key string, def bool) bool {
 		return def
 	}
 	return b
+}
+
+// OneOf returns the value of key, which must be one of allowed; def when
+// unset.
+func (e *Env) OneOf(key, def string, allowed ...string) string {
+	v, ok := e.get(key)
+	if !ok {
+		return def
+	}
+	if !slices.Contains(allowed, v) {
+		e.fail(key, v, "one of "+strings.Join(allowed, ", "))
+		return def
+	}
+	return v
 }
 
 // Err returns every problem found so far, joined, or nil.

@@ -8,7 +8,7 @@ import (
 
 func TestEnv(t *testing.T) {
 	e := FromMap(map[string]string{
-		"A": "7", "B": "99", "D": "2s", "L": "x, y,,z", "BAD_D": "soon", "T": "true", "OFF": "",
+		"A": "7", "B": "99", "D": "2s", "L": "x, y,,z", "BAD_D": "soon", "T": "true", "OFF": "", "CODEC": "zstd", "BAD_CODEC": "gzip",
 	})
 	if got := e.Int("A", 1, 0, 10); got != 7 {
 		t.Errorf("Int A = %d, want 7", got)
@@ -35,12 +35,19 @@ func TestEnv(t *testing.T) {
 	if got := e.Optional("UNSET", "on"); got != "on" {
 		t.Errorf("Optional unset = %q, want default", got)
 	}
+	if got := e.OneOf("CODEC", "snappy", "snappy", "zstd"); got != "zstd" {
+		t.Errorf("OneOf = %q, want zstd", got)
+	}
+	if got := e.OneOf("UNSET", "snappy", "snappy", "zstd"); got != "snappy" {
+		t.Errorf("OneOf unset = %q, want the default", got)
+	}
+	e.OneOf("BAD_CODEC", "snappy", "snappy", "zstd")
 	e.Required("NEEDED")
 	err := e.Err()
 	if err == nil {
-		t.Fatal("want errors for B, BAD_D and NEEDED")
+		t.Fatal("want errors for B, BAD_D, BAD_CODEC and NEEDED")
 	}
-	for _, want := range []string{"B=", "BAD_D=", "NEEDED is required"} {
+	for _, want := range []string{"B=", "BAD_D=", `BAD_CODEC="gzip": want one of snappy, zstd`, "NEEDED is required"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

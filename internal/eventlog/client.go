@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seqflow/seqflow/internal/config"
 )
 
 // ClientOpts returns the options every seqflow Kafka client starts from:
@@ -72,7 +74,8 @@ func ProducerOpts() []kgo.Opt {
 // assignment shrank the same way.
 //
 // SEQFLOW_KAFKA_COMPRESSION (snappy, lz4, zstd or none) overrides it for
-// every producer of the process, for experiments; anything else is snappy.
+// every producer of the process, for experiments. Every service checks the
+// value at start (CheckCompression) and refuses any other.
 func Compression() kgo.Opt {
 	switch os.Getenv("SEQFLOW_KAFKA_COMPRESSION") {
 	case "none":
@@ -83,6 +86,13 @@ func Compression() kgo.Opt {
 		return kgo.ProducerBatchCompression(kgo.ZstdCompression(), kgo.NoCompression())
 	}
 	return kgo.ProducerBatchCompression(kgo.SnappyCompression(), kgo.NoCompression())
+}
+
+// CheckCompression records in e an error for a SEQFLOW_KAFKA_COMPRESSION
+// that Compression does not know, so a typo in an experiment stops the
+// service instead of running it on snappy unnoticed.
+func CheckCompression(e *config.Env) {
+	e.OneOf("SEQFLOW_KAFKA_COMPRESSION", "snappy", "snappy", "lz4", "zstd", "none")
 }
 
 // SplitBrokers parses a comma-separated broker list.
