@@ -17,6 +17,10 @@
 #     The recording costs the broker CPU of its own, enough to make a
 #     paced run on this 2-core box fall behind; KAFKA_PROFILE_JFR=0 skips
 #     it and these two parts;
+#   - the CPU time of its threads over those SECONDS, by thread group
+#     (/proc/<pid>/task/*/stat before and after, the Java names from
+#     jcmd Thread.print), without a recording's cost: request handlers,
+#     network threads, the coordinators, the transaction marker sender...;
 #   - and, since the broker started, the CPU time of its JIT compiler
 #     threads against its whole CPU time (/proc/<pid>/task/*/stat): a
 #     broker compiles its hot paths for minutes after a start.
@@ -59,17 +63,28 @@ cat >"$work/p.jfc" <<'EOF'
 </configuration>
 EOF
 jfr_on=${KAFKA_PROFILE_JFR:-1}
+ticks() { # -> "tid utime+stime" lines of the broker's threads
+  local t rest
+  for t in /proc/"$pid"/task/*; do
+    rest=$(sed -E 's/^.*\) //' "$t/stat" 2>/dev/null) || continue
+    read -r -a f <<<"$rest"
+    echo "${t##*/} $((f[11] + f[12]))"
+  done
+}
 counts >"$work/before"
+ticks >"$work/ticks-before"
 [[ $jfr_on == 0 ]] || jcmd "$pid" JFR.start name=seqflow-profile settings="$work/p.jfc" filename="$work/k.jfr" duration="${secs}s" >/dev/null
 sleep "$secs"
+ticks >"$work/ticks-after"
 counts >"$work/after"
+jcmd "$pid" Thread.print 2>/dev/null | sed -nE 's/^"([^"]+)".* nid=([0-9a-fx]+) .*/\2 \1/p' >"$work/names"
 if [[ $jfr_on != 0 ]]; then
   for _ in 1 2 3 4 5 6 7 8 9 10; do [[ -s $work/k.jfr ]] && break; sleep 1; done
   jfr print --json --events jdk.ExecutionSample,jdk.GarbageCollection "$work/k.jfr" >"$work/k.json"
 fi
-python3 - "$work" "$secs" <<'PY'
+python3 - "$work" "$secs" "$(getconf CLK_TCK)" <<'PY'
 import collections, json, re, sys
-work, secs = sys.argv[1], float(sys.argv[2])
+work, secs, hz = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 def load(f):
     c = collections.Counter()
     for line in open(f):
@@ -84,6 +99,23 @@ for k, v in sorted(rates.items(), key=lambda x: -x[1]):
     if v >= 0.5:
         print(f"  {k:28s} {v:9.1f}")
 print(f"  {'total':28s} {sum(rates.values()):9.1f}")
+names = {}
+for line in open(work + "/names"):
+    nid, name = line.rstrip("\n").split(" ", 1)
+    names[str(int(nid, 0))] = name
+def ticks(f):
+    return {t: int(v) for t, v in (l.split() for l in open(f))}
+tb, ta = ticks(work + "/ticks-before"), ticks(work + "/ticks-after")
+groups = collections.Counter()
+for t, v in ta.items():
+    name = names.get(t, "other (not a Java thread, or gone)")
+    name = re.sub(r"-\d+-ListenerName.*", "", name)  # the network threads' per-listener suffix
+    groups[re.sub(r"[-# ]?\d+$", "", name)] += v - tb.get(t, 0)
+total = sum(groups.values())
+print(f"\nCPU of the broker's threads over {secs:.0f} s: {total / hz:.2f} CPU-s ({total / hz / secs:.2f} cores); by thread group:")
+for k, v in groups.most_common(10):
+    if v > 0:
+        print(f"  {100 * v / max(total, 1):5.1f}%  {v / hz:6.2f} CPU-s  {k}")
 import os
 if not os.path.exists(work + "/k.json"):
     sys.exit(0)
