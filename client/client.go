@@ -434,18 +434,11 @@ func (c *Client) onFrame(f serverFrame) {
 	}
 }
 
-func (c *Client) resendLoop(ctx context.Context) {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			c.snd.scan(now)
-		}
-	}
-}
+// resendInterval is how often the commands in flight are checked for a
+// resend.
+const resendInterval = 50 * time.Millisecond
+
+func (c *Client) resendLoop(ctx context.Context) { c.snd.resendLoop(ctx, resendInterval) }
 
 func (c *Client) resyncLoop(ctx context.Context) {
 	var tick <-chan time.Time

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seqflow/seqflow/internal/wire"
@@ -81,17 +82,23 @@ type sender struct {
 	stats           *counters
 	onFinish        func(*Pending)
 
+	// kick wakes the resend loop when a command enters an empty window:
+	// with nothing in flight the loop does not tick (an idle client does
+	// not wake up 20 times a second).
+	kick  chan struct{}
+	scans atomic.Int64 // resend scans run, for tests
+
 	mu     sync.Mutex
 	cur    *conn
-	byID   map[string]*Pending
-	order  []*Pending // posting order, finished ones removed lazily
+	byID   map[string]*Pending // commands not yet answered
+	order  []*Pending          // posting order, finished ones removed lazily
 	closed bool
 }
 
 func newSender(inFlight int, ackTimeout time.Duration, retry backoff, ob *outbox, stats *counters) *sender {
 	return &sender{
 		window: make(chan struct{}, inFlight), ackTimeout: ackTimeout, retry: retry,
-		outbox: ob, stats: stats, byID: map[string]*Pending{},
+		outbox: ob, stats: stats, byID: map[string]*Pending{}, kick: make(chan struct{}, 1),
 	}
 }
 
@@ -134,6 +141,10 @@ func (s *sender) track(p *Pending) {
 	}
 	s.byID[p.ClientMsgID] = p
 	s.order = append(s.order, p)
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 // recover adds commands read from the outbox; they hold no window slot.
@@ -193,14 +204,41 @@ func (s *sender) live() []*Pending {
 	return s.order
 }
 
+// resendLoop scans every interval while commands are in flight, and
+// sleeps until one is posted when none is.
+func (s *sender) resendLoop(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if s.scan(now) {
+				continue
+			}
+			t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.kick:
+			}
+			t.Reset(every)
+		}
+	}
+}
+
 // scan resends what is overdue: not sent on the current connection, ACK
-// missing for ackTimeout, or a retryable error's backoff elapsed.
-func (s *sender) scan(now time.Time) {
+// missing for ackTimeout, or a retryable error's backoff elapsed. It
+// reports whether any command is still in flight (connected or not: a new
+// connection resends them all, see attach).
+func (s *sender) scan(now time.Time) bool {
+	s.scans.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.cur
 	if c == nil || c.ctx.Err() != nil {
-		return
+		return len(s.byID) > 0
 	}
 	for _, p := range s.live() {
 		switch {
@@ -212,6 +250,7 @@ func (s *sender) scan(now time.Time) {
 			s.sendLocked(p, c, now)
 		}
 	}
+	return len(s.byID) > 0
 }
 
 // onFrame handles an ack, seq_notice or error that names a client_msg_id.

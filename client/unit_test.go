@@ -1,10 +1,13 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seqflow/seqflow/internal/wire"
 )
 
 func TestBackoffBounds(t *testing.T) {
@@ -174,4 +177,54 @@ func FuzzDecodeFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestResendLoopSleepsWhenIdle: the resend loop ticks only while a
+// command is in flight. An idle client (nothing posted, or everything
+// answered) runs no scans; a post wakes the loop. Unit test of the sender
+// alone: no connection, no gateway.
+func TestResendLoopSleepsWhenIdle(t *testing.T) {
+	s := newSender(4, time.Second, backoff{min: time.Millisecond, max: time.Millisecond}, nil, &counters{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); s.resendLoop(ctx, 2*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+
+	waitScans := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); s.scans.Load() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d scans after 5 s, want at least %d", s.scans.Load(), n)
+			}
+		}
+	}
+	// still reports whether the scan count stays put for 20 ticks.
+	still := func() bool {
+		n := s.scans.Load()
+		time.Sleep(40 * time.Millisecond)
+		return s.scans.Load() == n
+	}
+
+	waitScans(1)
+	if !still() {
+		t.Fatalf("idle client: %d scans, want the loop asleep after the first", s.scans.Load())
+	}
+	p, err := s.post(ctx, &wire.ClientFrame{Op: wire.OpSend, ClientMsgID: "m-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.scans.Load()
+	waitScans(before + 5) // woken by the post, and ticking while m-1 is in flight
+	if still() {
+		t.Fatal("a command in flight, yet the loop does not scan")
+	}
+	s.onFrame(serverFrame{Op: wire.OpAck, Status: wire.StatusOK, ClientMsgID: "m-1", SessionID: "s", Seq: 1})
+	if a, err := p.Result(); err != nil || a.Seq != 1 {
+		t.Fatalf("m-1 answered %+v, %v; want seq 1", a, err)
+	}
+	time.Sleep(10 * time.Millisecond) // the scan that finds nothing in flight
+	if !still() {
+		t.Fatalf("everything answered: %d scans, want the loop asleep again", s.scans.Load())
+	}
 }
