@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seqflow/seqflow/internal/dedup"
@@ -140,7 +141,7 @@ func TestAckerStalledGateway(t *testing.T) {
 				entry: dedup.Entry{Seq: int64(i + 1), MsgID: 1}})
 			pb.fresh++
 		}
-		return &batch{parts: []*partBatch{pb}}
+		return &batch{parts: []*partBatch{pb}, ended: time.Now()}
 	}
 	start := time.Now()
 	const rounds = ackQueue + 20 // more than a gateway's queue holds
@@ -181,5 +182,17 @@ func TestAckerStalledGateway(t *testing.T) {
 	}
 	if lost != rounds {
 		t.Fatalf("failed + dropped = %v, want the stalled gateway's %d: each ACK not sent is counted once", lost, rounds)
+	}
+	// One timing per send that went out (sends merge batches), none for
+	// the stalled gateway's.
+	var dm dto.Metric
+	if err := m.directAckSecs.Write(&dm); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	sends := len(f.got["live"])
+	f.mu.Unlock()
+	if n := dm.GetHistogram().GetSampleCount(); n != uint64(sends) {
+		t.Fatalf("direct ACK send timings: %d, want one per send to the live gateway (%d)", n, sends)
 	}
 }
