@@ -13,6 +13,8 @@
 # Leaves the stack up with the last side's flags: restart it plainly after.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=infra/local/ab-lib.sh
+. "$root/infra/local/ab-lib.sh"
 a=${1:?usage: ab-broker-gc.sh "FLAGS A" "FLAGS B" [ROUNDS] [RUNS]}
 b=${2:?usage: ab-broker-gc.sh "FLAGS A" "FLAGS B" [ROUNDS] [RUNS]}
 rounds=${3:-2} runs=${4:-2}
@@ -23,9 +25,7 @@ for r in $(seq "$rounds"); do
   for side in A B; do
     flags=$a
     [ "$side" = B ] && flags=$b
-    bash "$root/infra/local/stack.sh" down >/dev/null
-    SEQFLOW_KAFKA_GC="$flags" bash "$root/infra/local/stack.sh" up >/dev/null
-    set -a; . "$root/.data/local.env"; set +a
+    ab_restart "$root" "SEQFLOW_KAFKA_GC=$flags;"
     for i in $(seq 0 "$runs"); do
       out=$(cd "$root/sequencer" && SEQFLOW_BENCH_RECORDS=200000 SEQFLOW_BENCH_ROUNDS=1 SEQUENCER_STEP=5000 SEQUENCER_MAX_POLL_RECORDS=5000 \
         "$work/seq.test" -test.run XXX -test.bench BenchmarkSequencer_Throughput -test.benchtime 1x 2>/dev/null |

@@ -33,14 +33,7 @@ for r in $(seq "$rounds"); do
   for side in A B; do
     env=$a
     [ "$side" = B ] && env=$b
-    if [[ $env == *";"* ]]; then
-      IFS=';' read -ra words <<<"$env"
-    else
-      read -ra words <<<"$env"
-    fi
-    bash "$root/infra/local/stack.sh" down >/dev/null
-    env "${words[@]}" bash "$root/infra/local/stack.sh" up >/dev/null
-    set -a; . "$root/.data/local.env"; set +a
+    ab_restart "$root" "$env"
     for i in $(seq 0 "$runs"); do
       json=$work/$side-$r-$i.json
       (cd "$root" && SEQBENCH_PHASES=e2e SEQBENCH_DOC= SEQBENCH_JSON="$json" timeout 600 "$work/seqbench" >"$work/$side-$r-$i.log" 2>&1) ||

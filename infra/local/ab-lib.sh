@@ -26,3 +26,22 @@ ab_summary() {
     printf '  %-34s %10.1f -> %10.1f\n' "$k" "$x" "$y"
   done
 }
+
+# ab_restart ROOT "NAME=value ...": restarts the local stack
+# (infra/local/stack.sh) with those variables set and loads its
+# .data/local.env. The words are split on ';' when there is one (for values
+# with spaces, e.g. "SEQFLOW_KAFKA_PROPS=a=1 b=2;"), else on spaces.
+ab_restart() {
+  local root=$1 env=$2 words=()
+  if [[ $env == *";"* ]]; then
+    IFS=';' read -ra words <<<"$env"
+  else
+    read -ra words <<<"$env"
+  fi
+  bash "$root/infra/local/stack.sh" down >/dev/null
+  env "${words[@]}" bash "$root/infra/local/stack.sh" up >/dev/null
+  set -a
+  # shellcheck disable=SC1091
+  . "$root/.data/local.env"
+  set +a
+}
