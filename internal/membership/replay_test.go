@@ -24,15 +24,7 @@ func TestReplay(t *testing.T) {
 	st := stack.Require(t, "kafka")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	topics := eventlog.Names("t-" + uuid.NewString()[:8] + ".")
-	adm, err := kgo.NewClient(eventlog.ClientOpts(st.KafkaBrokers, "membership-test")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	if err := eventlog.EnsureTopics(ctx, kadm.NewClient(adm), eventlog.Specs(topics, 1), 0); err != nil {
-		t.Fatal(err)
-	}
+	topics, adm := freshTopics(ctx, t, st)
 	pr, err := kgo.NewClient(append(eventlog.ClientOpts(st.KafkaBrokers, "membership-test"),
 		kgo.TransactionalID("membership-test-"+uuid.NewString()), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
@@ -137,15 +129,7 @@ func TestReplayStalls(t *testing.T) {
 	st := stack.Require(t, "kafka")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	topics := eventlog.Names("t-" + uuid.NewString()[:8] + ".")
-	adm, err := kgo.NewClient(eventlog.ClientOpts(st.KafkaBrokers, "membership-test")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	if err := eventlog.EnsureTopics(ctx, kadm.NewClient(adm), eventlog.Specs(topics, 1), 0); err != nil {
-		t.Fatal(err)
-	}
+	topics, _ := freshTopics(ctx, t, st)
 	pr, err := kgo.NewClient(append(eventlog.ClientOpts(st.KafkaBrokers, "membership-test"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
@@ -179,4 +163,20 @@ func TestReplayStalls(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("the replay returned only when the test's context ended (%v after it started)", time.Since(start))
 	}
+}
+
+// freshTopics creates topics of their own, one partition each, on st's
+// broker, and returns them with an admin client closed at the test's end.
+func freshTopics(ctx context.Context, t *testing.T, st stack.Stack) (eventlog.Topics, *kgo.Client) {
+	t.Helper()
+	topics := eventlog.Names("t-" + uuid.NewString()[:8] + ".")
+	adm, err := kgo.NewClient(eventlog.ClientOpts(st.KafkaBrokers, "membership-test")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(adm.Close)
+	if err := eventlog.EnsureTopics(ctx, kadm.NewClient(adm), eventlog.Specs(topics, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	return topics, adm
 }
