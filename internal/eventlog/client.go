@@ -77,22 +77,30 @@ func ProducerOpts() []kgo.Opt {
 // every producer of the process, for experiments. Every service checks the
 // value at start (CheckCompression) and refuses any other.
 func Compression() kgo.Opt {
-	switch os.Getenv("SEQFLOW_KAFKA_COMPRESSION") {
-	case "none":
-		return kgo.ProducerBatchCompression(kgo.NoCompression())
-	case "lz4":
-		return kgo.ProducerBatchCompression(kgo.Lz4Compression(), kgo.NoCompression())
-	case "zstd":
-		return kgo.ProducerBatchCompression(kgo.ZstdCompression(), kgo.NoCompression())
+	c, ok := codecs[os.Getenv("SEQFLOW_KAFKA_COMPRESSION")]
+	if !ok {
+		c = codecs[defaultCodec]
 	}
-	return kgo.ProducerBatchCompression(kgo.SnappyCompression(), kgo.NoCompression())
+	// NoCompression last: the fallback for a broker that refuses the codec.
+	return kgo.ProducerBatchCompression(c, kgo.NoCompression())
 }
+
+// codecs are the values SEQFLOW_KAFKA_COMPRESSION may take, in the order
+// CheckCompression names them.
+var (
+	defaultCodec = "snappy"
+	codecNames   = []string{"snappy", "lz4", "zstd", "none"}
+	codecs       = map[string]kgo.CompressionCodec{
+		"snappy": kgo.SnappyCompression(), "lz4": kgo.Lz4Compression(),
+		"zstd": kgo.ZstdCompression(), "none": kgo.NoCompression(),
+	}
+)
 
 // CheckCompression records in e an error for a SEQFLOW_KAFKA_COMPRESSION
 // that Compression does not know, so a typo in an experiment stops the
 // service instead of running it on snappy unnoticed.
 func CheckCompression(e *config.Env) {
-	e.OneOf("SEQFLOW_KAFKA_COMPRESSION", "snappy", "snappy", "lz4", "zstd", "none")
+	e.OneOf("SEQFLOW_KAFKA_COMPRESSION", defaultCodec, codecNames...)
 }
 
 // SplitBrokers parses a comma-separated broker list.

@@ -39,3 +39,19 @@ func TestHeartbeatInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestCodecNames: every name CheckCompression accepts has a codec in
+// Compression's table, and the other way round.
+func TestCodecNames(t *testing.T) {
+	if len(codecNames) != len(codecs) {
+		t.Fatalf("%d names for %d codecs", len(codecNames), len(codecs))
+	}
+	for _, n := range codecNames {
+		if _, ok := codecs[n]; !ok {
+			t.Fatalf("codec name %q has no codec", n)
+		}
+	}
+	if _, ok := codecs[defaultCodec]; !ok {
+		t.Fatalf("default codec %q has no codec", defaultCodec)
+	}
+}
