@@ -118,7 +118,7 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 		fsrc := src + fmt.Sprintf(", paced at %d msg/s, median of %d runs)", b.cfg.FixedRate, len(reps))
 		csrc := fsrc + ": /proc/stat and /proc/<pid>/stat before and after the paced runs"
 		r.set("e2e_paced_machine_busy_pct", busyPct(cpu0, cpu1), csrc)
-		for key, group := range map[string]string{"kafka": "kafka", "gateway": "producer-gw", "loadgen": "seqbench (load generator, clients)", "sequencer": "sequencer", "pusher": "pusher"} {
+		for key, group := range map[string]string{"kafka": "kafka", "gateway": "producer-gw", "loadgen": "seqbench (load generator, clients)", "sequencer": "sequencer", "pusher": "pusher", "persister": "persister", "postgres": "postgres"} {
 			r.set("e2e_paced_cpu_ms_per_1k_"+key, 1e6*groupSecs(cpu0, cpu1, group)/max(float64(acked), 1), csrc)
 		}
 		rep := medianReport(reps)
