@@ -137,8 +137,11 @@ type Config struct {
 	RecallWindow time.Duration
 	// DeliveredFlushCount: GATEWAY_DELIVERED_FLUSH_COUNT (default 64) and
 	// DeliveredFlushInterval: GATEWAY_DELIVERED_FLUSH_INTERVAL (default
-	// 100ms): delivery receipts of a connection are produced after this many
+	// 1s): delivery receipts of a connection are produced after this many
 	// cursor updates or this long after the first, whichever comes first.
+	// Nothing watches the stored cursor live, and at 100 ms a connection
+	// produced about one receipt per message it received (README,
+	// "Delivery receipts").
 	DeliveredFlushCount    int
 	DeliveredFlushInterval time.Duration
 	// ShutdownTimeout: GATEWAY_SHUTDOWN_TIMEOUT, how long shutdown waits for
@@ -180,7 +183,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		EditWindow:             e.Duration("GATEWAY_EDIT_WINDOW", 15*time.Minute, 0, 30*24*time.Hour),
 		RecallWindow:           e.Duration("GATEWAY_RECALL_WINDOW", 2*time.Minute, 0, 30*24*time.Hour),
 		DeliveredFlushCount:    e.Int("GATEWAY_DELIVERED_FLUSH_COUNT", 64, 1, 100_000),
-		DeliveredFlushInterval: e.Duration("GATEWAY_DELIVERED_FLUSH_INTERVAL", 100*time.Millisecond, time.Millisecond, time.Minute),
+		DeliveredFlushInterval: e.Duration("GATEWAY_DELIVERED_FLUSH_INTERVAL", time.Second, time.Millisecond, time.Minute),
 		ShutdownTimeout:        e.Duration("GATEWAY_SHUTDOWN_TIMEOUT", 10*time.Second, 0, 10*time.Minute),
 	}
 	l := wire.DefaultLimits

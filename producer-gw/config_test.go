@@ -33,7 +33,8 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
 			if c.Addr != "127.0.0.1:8080" || c.AdminAddr != "127.0.0.1:9103" || c.AckWait != 2*time.Second || c.DevMode ||
-				c.MaxInFlight != 64 || c.ProduceLinger != 2*time.Millisecond || c.Limits.MaxFrameBytes != 64<<10 || c.PresenceTTL != 30*time.Second || c.StoreSchema != "public" {
+				c.MaxInFlight != 64 || c.ProduceLinger != 2*time.Millisecond || c.Limits.MaxFrameBytes != 64<<10 || c.PresenceTTL != 30*time.Second || c.StoreSchema != "public" ||
+				c.DeliveredFlushCount != 64 || c.DeliveredFlushInterval != time.Second {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},

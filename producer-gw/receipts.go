@@ -16,8 +16,9 @@ import (
 
 // receiptBatch collects one connection's delivered cursors and produces
 // them as DeliveryReceipts after DeliveredFlushCount updates or
-// DeliveredFlushInterval after the first, whichever comes first (the
-// client batches the same way; this bounds what a chatty client costs).
+// DeliveredFlushInterval after the first, whichever comes first. The
+// client already batches (64 / 100 ms); this longer window is what keeps
+// receipts from costing Kafka and the persister a record per message.
 // Cursors only move forward, so a receipt Kafka refused is covered by the
 // next one.
 type receiptBatch struct {
