@@ -58,6 +58,9 @@ type Options struct {
 	// InFlight is each client's window of commands awaiting their ACK.
 	// Default 32.
 	InFlight int
+	// DeliveredInterval is each client's window for delivered receipts
+	// (client.Options.DeliveredInterval). Default (0): the SDK's.
+	DeliveredInterval time.Duration
 	// UserPrefix names the users (<prefix>-u0001...); default a random
 	// "ld<hex>" so runs never share sessions.
 	UserPrefix string
@@ -228,7 +231,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		i := i
 		c, err := client.New(client.Options{
 			URLs: []string{o.Gateways[i%len(o.Gateways)]}, Token: tok, InFlight: o.InFlight, SkipHistory: true,
-			OnEvent: func(e client.Event) { r.onEvent(i, e) }, OnFinish: r.onFinish, Logger: o.Logger.With("user_id", u),
+			DeliveredInterval: o.DeliveredInterval,
+			OnEvent:           func(e client.Event) { r.onEvent(i, e) }, OnFinish: r.onFinish, Logger: o.Logger.With("user_id", u),
 		})
 		if err != nil {
 			return Report{}, err

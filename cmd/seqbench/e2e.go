@@ -35,7 +35,7 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 	base := load.Options{
 		Gateways: []string{"ws://" + b.gatewayAddr()}, Secret: benchSecret,
 		Users: users, Sessions: users / 2, GroupShare: -1, BodyBytes: 200,
-		Duration: b.cfg.E2EDuration, Drain: 15 * time.Second,
+		Duration: b.cfg.E2EDuration, Drain: 15 * time.Second, DeliveredInterval: b.cfg.DeliveredInterval,
 	}
 	src := fmt.Sprintf("go tool task bench (cmd/seqbench e2e: client/load, %d users, %d direct sessions, 200-byte bodies, %s",
 		users, users/2, b.cfg.E2EDuration)

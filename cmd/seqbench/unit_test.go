@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seqflow/seqflow/client/load"
 	"github.com/seqflow/seqflow/internal/config"
@@ -129,6 +130,7 @@ func TestLoadConfig(t *testing.T) {
 		{"no pg", nil, "SEQFLOW_PG_URL", "SEQFLOW_PG_URL is required"},
 		{"service env without a value", map[string]string{"SEQBENCH_SERVICE_ENV": "GOMAXPROCS=1 GOGC"}, "", `SEQBENCH_SERVICE_ENV: "GOGC" is not NAME=value`},
 		{"service env without a name", map[string]string{"SEQBENCH_SERVICE_ENV": "=1"}, "", `SEQBENCH_SERVICE_ENV: "=1" is not NAME=value`},
+		{"negative delivered interval", map[string]string{"SEQBENCH_DELIVERED_INTERVAL": "-1s"}, "", "SEQBENCH_DELIVERED_INTERVAL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,7 +147,7 @@ func TestLoadConfig(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.IdleConns != 20_000 || c.FixedRate != 2000 || len(c.Phases) != len(Phases) || len(c.ServiceEnv) != 0 {
+				if c.IdleConns != 20_000 || c.FixedRate != 2000 || len(c.Phases) != len(Phases) || len(c.ServiceEnv) != 0 || c.DeliveredInterval != 0 {
 					t.Fatalf("defaults not applied: %+v", c)
 				}
 				return
@@ -155,7 +157,7 @@ func TestLoadConfig(t *testing.T) {
 			}
 		})
 	}
-	m := map[string]string{"SEQBENCH_SERVICE_ENV": " GOMAXPROCS=1  GOGC=200 "}
+	m := map[string]string{"SEQBENCH_SERVICE_ENV": " GOMAXPROCS=1  GOGC=200 ", "SEQBENCH_DELIVERED_INTERVAL": "1s"}
 	for k, v := range base {
 		m[k] = v
 	}
@@ -165,6 +167,9 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if !slices.Equal(c.ServiceEnv, []string{"GOMAXPROCS=1", "GOGC=200"}) {
 		t.Fatalf("SEQBENCH_SERVICE_ENV parsed as %q", c.ServiceEnv)
+	}
+	if c.DeliveredInterval != time.Second {
+		t.Fatalf("SEQBENCH_DELIVERED_INTERVAL parsed as %v", c.DeliveredInterval)
 	}
 }
 
