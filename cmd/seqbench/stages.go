@@ -81,6 +81,7 @@ var counters = []struct{ svc, name, labels, what string }{
 	{"sequencer", "seqflow_sequencer_direct_acks_total", `result="no_receiver"`, "sequencer: direct ACKs without a receiver"},
 	{"producer-gw", "seqflow_kafka_produce_batches_total", "", "gateway: record batches produced"},
 	{"producer-gw", "seqflow_kafka_produce_records_total", "", "gateway: records in them"},
+	{"producer-gw", "seqflow_gateway_requests_total", `op="delivered"`, "gateway: delivered frames from clients"},
 	{"producer-gw", "seqflow_gateway_receipts_total", `kind="delivery"`, "gateway: delivery receipts produced"},
 }
 

@@ -51,6 +51,10 @@ for i in $(seq "$runs"); do
     (cd "$dir" && env $env SEQBENCH_PHASES=e2e SEQBENCH_DOC= SEQBENCH_ROOT="$dir" SEQBENCH_JSON="$json" \
       timeout 600 "$work/seqbench" >"$work/$side-$i.log" 2>&1) || { echo "run $i $side failed:"; tail -5 "$work/$side-$i.log"; exit 1; }
     ab_record "$side" "$json" "  run $i $side:"
+    # the paced runs' counters (sequencer transactions, receipts, ...) from seqbench's log
+    python3 -c 'import json, sys
+c = [json.loads(l).get("counters") for l in open(sys.argv[1]) if "e2e paced run stages" in l]
+print("    counters:", "; ".join(c[-1] or []) if c else "none")' "$work/$side-$i.log"
   done
 done
 ab_summary base new
