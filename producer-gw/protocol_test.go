@@ -13,10 +13,15 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/delivery"
+	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 // TestProtocol drives the gateway with real WebSocket and HTTP clients
@@ -473,16 +478,25 @@ func TestProtocol(t *testing.T) {
 		}
 	})
 
-	t.Run("delivery receipts move the device cursor", func(t *testing.T) {
+	t.Run("delivery receipts move the device cursor, one receipt per window", func(t *testing.T) {
 		p.t = t
 		alice, bob := user("alice"), user("bob")
 		a := p.connect(gw, alice, "phone")
 		b := p.connect(gw, bob, "tablet")
 		sid, _ := createGroup(a, bob)
-		id := newID()
-		a.send(sendFrame(sid, id, "deliver me"))
-		s := a.mustAckOK(id).Seq
-		b.eventOf(sid, s)
+		var seqs []int64
+		for _, text := range []string{"deliver me", "and me"} {
+			id := newID()
+			a.send(sendFrame(sid, id, text))
+			seqs = append(seqs, a.mustAckOK(id).Seq)
+			b.eventOf(sid, seqs[len(seqs)-1])
+		}
+		// Two delivered frames 200 ms apart fall in one window of the
+		// gateway (GATEWAY_DELIVERED_FLUSH_INTERVAL, 1 s by default): one
+		// receipt, carrying the higher seq.
+		b.send(map[string]any{"op": "delivered", "cursors": []map[string]any{{"session_id": sid, "seq": seqs[0]}}})
+		time.Sleep(200 * time.Millisecond)
+		s := seqs[1]
 		b.send(map[string]any{"op": "delivered", "cursors": []map[string]any{{"session_id": sid, "seq": s}}})
 		deadline := time.Now().Add(20 * time.Second)
 		for {
@@ -495,6 +509,17 @@ func TestProtocol(t *testing.T) {
 				t.Fatalf("delivery cursor %d, want %d", got, s)
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+		var got []int64
+		for _, r := range recordsKeyed(t, p, p.topics.Receipts, sid) {
+			var dr imv1.DeliveryReceipt
+			if err := proto.Unmarshal(r.Value, &dr); err != nil {
+				t.Fatalf("receipt at offset %d: %v", r.Offset, err)
+			}
+			got = append(got, dr.GetDeliveredSeq())
+		}
+		if len(got) != 1 || got[0] != s {
+			t.Fatalf("delivery receipts of the session carry seqs %v, want one with %d", got, s)
 		}
 	})
 
@@ -749,4 +774,48 @@ func TestAuthAtConnect(t *testing.T) {
 			t.Fatalf("dev login without dev mode: %d, want 404", resp.StatusCode)
 		}
 	})
+}
+
+// recordsKeyed reads topic, one written outside transactions, from the
+// start up to its end as of the call and returns the records with that key.
+func recordsKeyed(t *testing.T, p *pipeline, topic, key string) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(append(eventlog.ClientOpts(p.st.KafkaBrokers, "gw-records-test"),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// The gateway produces receipts outside transactions, so the high
+	// watermark is the last record's offset + 1.
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	var out []*kgo.Record
+	for len(left) > 0 && ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		for it := fs.RecordIter(); !it.Done(); {
+			r := it.Next()
+			if string(r.Key) == key {
+				out = append(out, r)
+			}
+			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+		}
+	}
+	if len(left) > 0 {
+		t.Fatalf("%s: partitions %v not read to their end within 30s", topic, left)
+	}
+	return out
 }
