@@ -139,6 +139,20 @@ func (p *pipeline) startSome(extra []string, names ...string) {
 	}
 }
 
+// reader is a client reading topic from its start, read committed, closed
+// when t ends.
+func (p *pipeline) reader(t *testing.T, topic string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append(eventlog.ClientOpts(p.st.KafkaBrokers, "gw-test-reader"),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 func mintWith(t *testing.T, secret, user, device string) string {
 	t.Helper()
 	s, err := auth.NewHS256Signer([]byte(secret))

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/delivery"
-	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -782,13 +781,7 @@ func recordsKeyed(t *testing.T, p *pipeline, topic, key string) []*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(append(eventlog.ClientOpts(p.st.KafkaBrokers, "gw-records-test"),
-		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := p.reader(t, topic)
 	// The gateway produces receipts outside transactions, so the high
 	// watermark is the last record's offset + 1.
 	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -127,13 +126,7 @@ func startTracedGateway(t *testing.T, env map[string]string, prov *sdktrace.Trac
 // whose value matches, and returns its traceparent header.
 func headerOf(t *testing.T, p *pipeline, topic string, match func([]byte) bool) string {
 	t.Helper()
-	cl, err := kgo.NewClient(append(eventlog.ClientOpts(p.st.KafkaBrokers, "gw-trace-test"),
-		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := p.reader(t, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for ctx.Err() == nil {
