@@ -38,8 +38,8 @@ func newReceiptBatch(g *Gateway, p auth.Principal) *receiptBatch {
 
 func (b *receiptBatch) add(cs []wire.Cursor) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.stopped {
+		b.mu.Unlock()
 		return
 	}
 	for _, c := range cs {
@@ -48,39 +48,55 @@ func (b *receiptBatch) add(cs []wire.Cursor) {
 		}
 		b.n++
 	}
+	var due map[string]int64
 	if b.n >= b.g.cfg.DeliveredFlushCount {
-		b.flushLocked()
-		return
-	}
-	if b.timer == nil {
+		due = b.takeLocked()
+	} else if b.timer == nil {
 		b.timer = time.AfterFunc(b.g.cfg.DeliveredFlushInterval, b.flush)
 	}
+	b.mu.Unlock()
+	b.produce(due)
 }
 
 func (b *receiptBatch) flush() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.flushLocked()
+	due := b.takeLocked()
+	b.mu.Unlock()
+	b.produce(due)
 }
 
 // stop flushes what is left; later adds are ignored.
 func (b *receiptBatch) stop() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.flushLocked()
+	due := b.takeLocked()
 	b.stopped = true
+	b.mu.Unlock()
+	b.produce(due)
 }
 
-func (b *receiptBatch) flushLocked() {
+// takeLocked stops the timer and hands over the gathered cursors.
+func (b *receiptBatch) takeLocked() map[string]int64 {
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
 	}
 	if len(b.cursors) == 0 {
+		return nil
+	}
+	due := b.cursors
+	b.cursors, b.n = map[string]int64{}, 0
+	return due
+}
+
+// produce sends one receipt per session the user is a member of. It runs
+// outside the batch's lock: the membership check may ask PostgreSQL, and
+// the connection's read loop must not wait behind it to add cursors. Two
+// flushes may overlap; the stored cursor only moves forward, so their
+// order does not matter.
+func (b *receiptBatch) produce(cursors map[string]int64) {
+	if len(cursors) == 0 {
 		return
 	}
-	cursors := b.cursors
-	b.cursors, b.n = map[string]int64{}, 0
 	g := b.g
 	now := g.now().UnixMilli()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)

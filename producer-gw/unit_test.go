@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -252,5 +254,54 @@ func TestLimiter(t *testing.T) {
 	l.sweep(now.Add(time.Hour))
 	if len(l.m) != 0 {
 		t.Fatal("idle limiters kept")
+	}
+}
+
+// blockingMembers is an in-process stand-in for the message store (unit
+// test only) whose answers wait until release is closed.
+type blockingMembers struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (f *blockingMembers) IsMember(_ context.Context, s, _ string) (bool, error) {
+	f.entered <- s
+	<-f.release
+	return false, nil // not a member: nothing is produced
+}
+
+// TestReceiptBatchAddsWhileFlushing: a flush waiting on the membership
+// check (PostgreSQL, in the gateway) must not hold up the connection's
+// read loop, which adds the next cursors.
+func TestReceiptBatchAddsWhileFlushing(t *testing.T) {
+	store := &blockingMembers{entered: make(chan string, 16), release: make(chan struct{})}
+	g := &Gateway{cfg: Config{DeliveredFlushCount: 2, DeliveredFlushInterval: time.Hour},
+		members: newMembership(store, 0, 0), now: time.Now}
+	b := newReceiptBatch(g, auth.Principal{UserID: "u", DeviceID: "d"})
+	go b.add([]wire.Cursor{{SessionID: "s1", Seq: 1}, {SessionID: "s1", Seq: 2}}) // two updates: flushes
+	if s := <-store.entered; s != "s1" {
+		t.Fatalf("flush checked %q, want s1", s)
+	}
+	added := make(chan struct{})
+	go func() {
+		b.add([]wire.Cursor{{SessionID: "s2", Seq: 7}}) // one update: gathered
+		close(added)
+	}()
+	select {
+	case <-added:
+	case <-time.After(10 * time.Second):
+		close(store.release)
+		t.Fatal("add waited for a flush's membership check")
+	}
+	close(store.release)
+	b.stop() // flushes s2
+	if s := <-store.entered; s != "s2" {
+		t.Fatalf("stop flushed %q, want s2", s)
+	}
+	b.add([]wire.Cursor{{SessionID: "s3", Seq: 1}, {SessionID: "s3", Seq: 2}})
+	select {
+	case s := <-store.entered:
+		t.Fatalf("an add after stop flushed %q", s)
+	default:
 	}
 }
