@@ -7,16 +7,19 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // clkTck is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
 const clkTck = 100
 
 // cpuSnapshot is CPU seconds used so far, by group of processes, plus the
-// whole machine's busy and total seconds from /proc/stat.
+// whole machine's busy and total seconds from /proc/stat, and when it was
+// taken.
 type cpuSnapshot struct {
 	byGroup            map[string]float64
 	busy, total, steal float64
+	at                 time.Time
 }
 
 // takeCPU reads every process's user+system time and sums it by group:
@@ -26,7 +29,7 @@ type cpuSnapshot struct {
 // Processes that ended between snapshots drop out, so the deltas are a
 // lower bound for short-lived ones.
 func takeCPU(named map[int]string) cpuSnapshot {
-	s := cpuSnapshot{byGroup: map[string]float64{}}
+	s := cpuSnapshot{byGroup: map[string]float64{}, at: time.Now()}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(d))

@@ -118,6 +118,10 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 		fsrc := src + fmt.Sprintf(", paced at %d msg/s, median of %d runs)", b.cfg.FixedRate, len(reps))
 		csrc := fsrc + ": /proc/stat and /proc/<pid>/stat before and after the paced runs"
 		r.set("e2e_paced_machine_busy_pct", busyPct(cpu0, cpu1), csrc)
+		// With these two the per-1k figures become CPU-ms per second
+		// (infra/local/rate-sweep.sh): what a process pays whatever the rate.
+		r.set("e2e_paced_acked", float64(acked), csrc)
+		r.set("e2e_paced_cpu_window_s", cpu1.at.Sub(cpu0.at).Seconds(), csrc)
 		for key, group := range map[string]string{"kafka": "kafka", "gateway": "producer-gw", "loadgen": "seqbench (load generator, clients)", "sequencer": "sequencer", "pusher": "pusher", "persister": "persister", "postgres": "postgres"} {
 			r.set("e2e_paced_cpu_ms_per_1k_"+key, 1e6*groupSecs(cpu0, cpu1, group)/max(float64(acked), 1), csrc)
 		}
