@@ -196,7 +196,11 @@ type run struct {
 	ooo       int64
 	late      int64 // found only by the final sync
 	lost      int64
-	wake      chan struct{}
+	// undelivered counts the (acked message, recipient) pairs not yet
+	// delivered: what missingLocked would list, kept as the ACKs and
+	// events come so that drain need not scan every message on each wake.
+	undelivered int64
+	wake        chan struct{}
 }
 
 // Run executes a load run and returns its report. ctx cancels it (the
@@ -506,7 +510,7 @@ func (r *run) onFinish(p *client.Pending) {
 		}
 		return
 	}
-	m.acked, m.seq = true, ack.Seq
+	r.ackLocked(m, ack.Seq)
 	if m.eventSeq != 0 && m.eventSeq != ack.Seq {
 		r.dups++
 	}
@@ -565,6 +569,9 @@ func (r *run) onEvent(u int, e client.Event) {
 		return
 	}
 	m.deliveredTo[u] = true
+	if m.acked {
+		r.undelivered--
+	}
 	r.delivered++
 	r.deliverMs = append(r.deliverMs, ms(now.Sub(m.at)))
 	r.signal()
@@ -579,10 +586,21 @@ func (r *run) signal() {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// missing returns, per recipient and session, the acked messages not yet
-// delivered; open counts commands not yet answered.
-func (r *run) missingLocked() (missing map[[2]string][]string, open int64) {
-	missing = map[[2]string][]string{}
+// ackLocked marks m acked with seq; its recipients that have not had it
+// yet become undelivered.
+func (r *run) ackLocked(m *sent, seq int64) {
+	m.acked, m.seq = true, seq
+	for _, u := range m.session.members {
+		if u != m.sender && !m.deliveredTo[u] {
+			r.undelivered++
+		}
+	}
+}
+
+// missingLocked returns, per recipient and session, the acked messages not
+// yet delivered.
+func (r *run) missingLocked() map[[2]string][]string {
+	missing := map[[2]string][]string{}
 	for id, m := range r.msgs {
 		if !m.acked {
 			continue
@@ -594,7 +612,7 @@ func (r *run) missingLocked() (missing map[[2]string][]string, open int64) {
 			}
 		}
 	}
-	return missing, r.posted - r.acked - r.failed
+	return missing
 }
 
 // drain waits for outstanding ACKs and deliveries, at most Drain.
@@ -605,9 +623,9 @@ func (r *run) drain(ctx context.Context) {
 	defer stopBar()
 	for {
 		r.mu.Lock()
-		missing, open := r.missingLocked()
+		undelivered, open := r.undelivered, r.posted-r.acked-r.failed
 		r.mu.Unlock()
-		if len(missing) == 0 && open == 0 {
+		if undelivered == 0 && open == 0 {
 			return
 		}
 		select {
@@ -625,7 +643,7 @@ func (r *run) drain(ctx context.Context) {
 // lost; what it does not return is lost.
 func (r *run) verify(ctx context.Context) {
 	r.mu.Lock()
-	missing, _ := r.missingLocked()
+	missing := r.missingLocked()
 	r.mu.Unlock()
 	if len(missing) == 0 {
 		return
@@ -641,7 +659,7 @@ func (r *run) verify(ctx context.Context) {
 	}
 	time.Sleep(2 * time.Second)
 	r.mu.Lock()
-	missing, _ = r.missingLocked()
+	missing = r.missingLocked()
 	r.mu.Unlock()
 	for k, ids := range missing {
 		found := map[string]bool{}
