@@ -40,7 +40,9 @@ func TestSDK(t *testing.T) {
 			if i == n/3 {
 				gw.proc.Kill() // with sends in flight
 				time.Sleep(500 * time.Millisecond)
-				gw.proc.Restart()
+				if err := gw.proc.Restart(); err != nil {
+					t.Error(err)
+				}
 			}
 			time.Sleep(3 * time.Millisecond)
 		}

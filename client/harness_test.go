@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/seqflow/seqflow/client/clienttest"
-	"github.com/seqflow/seqflow/internal/proctest"
+	"github.com/seqflow/seqflow/internal/testkit/clienttest"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
 )
 
 // pipeline wraps clienttest.Pipeline for this package's tests.
@@ -27,7 +27,7 @@ func newPipeline(t *testing.T) *pipeline {
 
 type gateway struct {
 	*clienttest.Gateway
-	proc *proctest.Proc
+	proc *proc.Proc
 	url  string
 }
 

@@ -22,9 +22,9 @@ import (
 
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/migrate"
-	"github.com/seqflow/seqflow/internal/proctest"
-	"github.com/seqflow/seqflow/internal/stack"
 	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -57,7 +57,7 @@ func TestPersisterSurvivesCoordinatorBrokerKill(t *testing.T) {
 	// The lock first: another package's broker fault (internal/stack)
 	// fences a node for seconds, and creating replication-3 topics then
 	// fails.
-	st.LockBrokerFaults(t)
+	stack.LockBrokerFaults(t, st)
 	waitAllBrokers(ctx, t, adm, len(st.Kafka3Brokers))
 	if err := eventlog.EnsureTopics(ctx, adm, eventlog.Specs(topics, partitions), 3); err != nil {
 		t.Fatal(err)
@@ -74,9 +74,9 @@ func TestPersisterSurvivesCoordinatorBrokerKill(t *testing.T) {
 	}
 	defer pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") //nolint:errcheck
 
-	bin := proctest.Build(t, "./persister")
+	bin := proc.Build(t, "./persister")
 	for _, name := range []string{"a", "b"} {
-		per := proctest.Start(t, "persister-"+name, bin,
+		per := proc.Start(t, "persister-"+name, bin,
 			"SEQFLOW_KAFKA_BROKERS="+strings.Join(st.Kafka3Brokers, ","),
 			"SEQFLOW_PG_URL="+st.PGURL,
 			"SEQFLOW_TOPIC_PREFIX="+prefix,

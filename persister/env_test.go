@@ -20,10 +20,10 @@ import (
 
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/migrate"
-	"github.com/seqflow/seqflow/internal/proctest"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/rebuild"
 	"github.com/seqflow/seqflow/internal/store"
-	"github.com/seqflow/seqflow/internal/store/audit"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -85,15 +85,15 @@ func (e *env) common() []string {
 	}
 }
 
-func (e *env) startSequencer(t *testing.T) *proctest.Proc {
-	bin := proctest.Build(t, "./sequencer")
-	return proctest.Start(t, "sequencer", bin, append(e.common(),
+func (e *env) startSequencer(t *testing.T) *proc.Proc {
+	bin := proc.Build(t, "./sequencer")
+	return proc.Start(t, "sequencer", bin, append(e.common(),
 		"SEQUENCER_GROUP=seq-"+e.id, "SEQUENCER_INSTANCE_ID=seq-"+e.id, "SEQUENCER_ADMIN_ADDR=127.0.0.1:0")...)
 }
 
-func (e *env) startPersister(t *testing.T, extra ...string) *proctest.Proc {
-	bin := proctest.Build(t, "./persister")
-	return proctest.Start(t, "persister", bin, append(append(e.common(),
+func (e *env) startPersister(t *testing.T, extra ...string) *proc.Proc {
+	bin := proc.Build(t, "./persister")
+	return proc.Start(t, "persister", bin, append(append(e.common(),
 		"PERSISTER_GROUP=per-"+e.id, "PERSISTER_INSTANCE_ID=per-"+e.id, "PERSISTER_SCHEMA="+e.schema,
 		"PERSISTER_ADMIN_ADDR=127.0.0.1:0"), extra...)...)
 }
@@ -151,15 +151,15 @@ func sessionIDs(id string, n int) []string {
 
 // waitStoreEqualsLog waits until the log holds want events and the store
 // holds exactly them, and returns the last report.
-func (e *env) waitStoreEqualsLog(t *testing.T, want int, timeout time.Duration) *audit.Report {
+func (e *env) waitStoreEqualsLog(t *testing.T, want int, timeout time.Duration) *rebuild.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var rep *audit.Report
+	var rep *rebuild.Report
 	for {
-		l, err := audit.ReadLog(ctx, e.st.KafkaBrokers, e.topics.Sequenced, nil)
+		l, err := rebuild.ReadLog(ctx, e.st.KafkaBrokers, e.topics.Sequenced, nil)
 		if err == nil {
-			rep, err = audit.Compare(ctx, e.pool, e.schema, l)
+			rep, err = rebuild.Compare(ctx, e.pool, e.schema, l)
 		}
 		if err == nil && rep.LogEvents >= want && rep.Equal() {
 			return rep

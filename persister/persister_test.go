@@ -38,7 +38,9 @@ func TestPersisterKill9UnderLoad(t *testing.T) {
 			time.Sleep(2 * time.Second)
 			per.Kill()
 			time.Sleep(500 * time.Millisecond)
-			per.Restart()
+			if err := per.Restart(); err != nil {
+				t.Error(err)
+			}
 		}
 	}()
 	e.load(ctx, t, sessionIDs(e.id, 40), n, 1000)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/rebuild"
 	"github.com/seqflow/seqflow/internal/store"
-	"github.com/seqflow/seqflow/internal/store/audit"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -152,9 +152,9 @@ func TestReplayMatchesLiveStoreAndSwitches(t *testing.T) {
 
 	replayed := e.schema + "_r"
 	t.Cleanup(func() { _, _ = e.pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+replayed+" CASCADE") })
-	var last audit.Progress
-	res, err := audit.Replay(ctx, audit.ReplayConfig{Brokers: e.st.KafkaBrokers, Topics: e.topics, Pool: e.pool,
-		Schema: replayed, BatchMax: 1000, Progress: func(p audit.Progress) { last = p }})
+	var last rebuild.Progress
+	res, err := rebuild.Replay(ctx, rebuild.ReplayConfig{Brokers: e.st.KafkaBrokers, Topics: e.topics, Pool: e.pool,
+		Schema: replayed, BatchMax: 1000, Progress: func(p rebuild.Progress) { last = p }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestReplayMatchesLiveStoreAndSwitches(t *testing.T) {
 	if d := tableDiff(ctx, t, e, e.schema, replayed); len(d) > 0 {
 		t.Fatalf("replayed store differs from the live one: %v", d)
 	}
-	if _, err := audit.Replay(ctx, audit.ReplayConfig{Brokers: e.st.KafkaBrokers, Topics: e.topics, Pool: e.pool, Schema: replayed}); err != audit.ErrNotFresh {
+	if _, err := rebuild.Replay(ctx, rebuild.ReplayConfig{Brokers: e.st.KafkaBrokers, Topics: e.topics, Pool: e.pool, Schema: replayed}); err != rebuild.ErrNotFresh {
 		t.Fatalf("replay into a used schema: %v, want ErrNotFresh", err)
 	}
 
@@ -190,11 +190,11 @@ func TestReplayMatchesLiveStoreAndSwitches(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	l, err := audit.ReadLog(ctx, e.st.KafkaBrokers, e.topics.Sequenced, nil)
+	l, err := rebuild.ReadLog(ctx, e.st.KafkaBrokers, e.topics.Sequenced, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := audit.Compare(ctx, e.pool, replayed, l)
+	rep, err := rebuild.Compare(ctx, e.pool, replayed, l)
 	if err != nil || !rep.Equal() || rep.LogEvents != n+more {
 		t.Fatalf("switched store vs log: %+v %v", rep, err)
 	}

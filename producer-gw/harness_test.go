@@ -23,8 +23,8 @@ import (
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/migrate"
-	"github.com/seqflow/seqflow/internal/proctest"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 	"github.com/seqflow/seqflow/internal/wire"
 )
 
@@ -116,8 +116,8 @@ func (p *pipeline) startSome(extra []string, names ...string) {
 		default:
 			t.Fatalf("startSome: unknown service %q", name)
 		}
-		bin := proctest.Build(t, "./"+name)
-		proctest.Start(t, name, bin, append(append(append([]string(nil), common...), env...), extra...)...)
+		bin := proc.Build(t, "./"+name)
+		proc.Start(t, name, bin, append(append(append([]string(nil), common...), env...), extra...)...)
 	}
 	// Ready means partitions assigned: before that, the first commands
 	// would wait for a group join instead of testing the gateway.

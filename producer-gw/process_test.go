@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqflow/seqflow/internal/presence"
-	"github.com/seqflow/seqflow/internal/proctest"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -23,14 +23,14 @@ import (
 // exits 0.
 func TestProcessShutdown(t *testing.T) {
 	p := newPipelineNoProcs(t)
-	bin := proctest.Build(t, "./producer-gw")
+	bin := proc.Build(t, "./producer-gw")
 	env := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t)})
 	var list []string
 	for k, v := range env {
 		list = append(list, k+"="+v)
 	}
 
-	bad := proctest.Start(t, "gw-bad", bin, append(list, "GATEWAY_MAX_IN_FLIGHT=0", "GATEWAY_JWT_HS256_SECRET=short")...)
+	bad := proc.Start(t, "gw-bad", bin, append(list, "GATEWAY_MAX_IN_FLIGHT=0", "GATEWAY_JWT_HS256_SECRET=short")...)
 	waitExit(t, bad)
 	for _, want := range []string{"GATEWAY_MAX_IN_FLIGHT", "GATEWAY_JWT_HS256_SECRET"} {
 		if !bad.LogContains(want) {
@@ -38,7 +38,7 @@ func TestProcessShutdown(t *testing.T) {
 		}
 	}
 
-	gw := proctest.Start(t, "gw", bin, list...)
+	gw := proc.Start(t, "gw", bin, list...)
 	addr := env["GATEWAY_ADDR"]
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -76,13 +76,13 @@ func TestProcessShutdown(t *testing.T) {
 // stay in Redis but vanish from presence lookups within GATEWAY_PRESENCE_TTL.
 func TestProcessCrashPresence(t *testing.T) {
 	p := newPipelineNoProcs(t)
-	bin := proctest.Build(t, "./producer-gw")
+	bin := proc.Build(t, "./producer-gw")
 	env := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t), "GATEWAY_PRESENCE_TTL": "3s"})
 	var list []string
 	for k, v := range env {
 		list = append(list, k+"="+v)
 	}
-	gw := proctest.Start(t, "gw", bin, list...)
+	gw := proc.Start(t, "gw", bin, list...)
 	addr := env["GATEWAY_ADDR"]
 	var c *client
 	deadline := time.Now().Add(20 * time.Second)
@@ -124,7 +124,7 @@ func TestProcessCrashPresence(t *testing.T) {
 	}
 }
 
-func waitExit(t *testing.T, p *proctest.Proc) {
+func waitExit(t *testing.T, p *proc.Proc) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -136,7 +136,7 @@ func waitExit(t *testing.T, p *proctest.Proc) {
 	}
 }
 
-func freeAddr(t testing.TB) string { return proctest.FreeAddr(t) }
+func freeAddr(t testing.TB) string { return proc.FreeAddr(t) }
 
 // TestShutdownAnswersInFlight: a send waiting for its seq when shutdown
 // starts is answered (here "accepted": no sequencer runs) before the

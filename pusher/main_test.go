@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seqflow/seqflow/internal/proctest"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
 )
 
 // TestFatalErrorExitsNonZero: an error that ends Run (here a malformed
@@ -15,7 +15,7 @@ import (
 // cancelled the context that tells a signal from an error, so a supervisor
 // saw a clean exit and did not restart the service.
 func TestFatalErrorExitsNonZero(t *testing.T) {
-	cmd := exec.Command(proctest.Build(t, "./pusher"))
+	cmd := exec.Command(proc.Build(t, "./pusher"))
 	cmd.Env = []string{
 		"SEQFLOW_KAFKA_BROKERS=127.0.0.1:1", "SEQFLOW_REDIS_ADDR=127.0.0.1:1",
 		"SEQFLOW_OTLP_ENDPOINT=no-port-here", "PUSHER_ADMIN_ADDR=off",

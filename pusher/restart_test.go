@@ -15,19 +15,19 @@ import (
 
 	"github.com/seqflow/seqflow/internal/migrate"
 	"github.com/seqflow/seqflow/internal/presence"
-	"github.com/seqflow/seqflow/internal/proctest"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-func freeAddr(t testing.TB) string { return proctest.FreeAddr(t) }
+func freeAddr(t testing.TB) string { return proc.FreeAddr(t) }
 
 // startProc runs the pusher binary for e and waits for /readyz.
-func (e *env) startProc(name string) (*proctest.Proc, string) {
+func (e *env) startProc(name string) (*proc.Proc, string) {
 	e.t.Helper()
-	bin := proctest.Build(e.t, "./pusher")
+	bin := proc.Build(e.t, "./pusher")
 	admin := freeAddr(e.t)
-	p := proctest.Start(e.t, name, bin,
+	p := proc.Start(e.t, name, bin,
 		"SEQFLOW_KAFKA_BROKERS="+strings.Join(e.st.KafkaBrokers, ","),
 		"SEQFLOW_REDIS_ADDR="+e.st.RedisAddr,
 		"SEQFLOW_TOPIC_PREFIX="+e.prefix,
@@ -42,7 +42,7 @@ func (e *env) startProc(name string) (*proctest.Proc, string) {
 	return p, admin
 }
 
-func (e *env) awaitReady(p *proctest.Proc, admin string) {
+func (e *env) awaitReady(p *proc.Proc, admin string) {
 	e.t.Helper()
 	deadline := time.Now().Add(3 * wait)
 	for {
@@ -78,7 +78,9 @@ func TestPushAfterKillRoutesByReplayedMembership(t *testing.T) {
 	awaitSeqs(t, gw, ca, s, 1, 2, 3)
 	e.awaitCommitted()
 	p.Kill()
-	p.Restart()
+	if err := p.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	e.awaitReady(p, admin)
 	e.emit(msgEv(s, alice, "after the crash")) // 4
 	awaitSeqs(t, gw, ca, s, 1, 2, 3, 4)
@@ -109,8 +111,8 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 	pool.Close()
-	seqBin := proctest.Build(t, "./sequencer")
-	proctest.Start(t, "sequencer", seqBin,
+	seqBin := proc.Build(t, "./sequencer")
+	proc.Start(t, "sequencer", seqBin,
 		"SEQFLOW_KAFKA_BROKERS="+strings.Join(st.KafkaBrokers, ","),
 		"SEQFLOW_PG_URL="+st.PGURL,
 		"SEQFLOW_TOPIC_PREFIX="+e.prefix,

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqflow/seqflow/internal/proctest"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
 )
 
 // TestTxnFloorGathersRecords sends one session's messages 10 ms apart to a
@@ -28,7 +28,7 @@ func TestTxnFloorGathersRecords(t *testing.T) {
 		floor time.Duration
 	}{{"floor", floor}, {"off", 0}} {
 		h := newHarness(t, 1)
-		admin := proctest.FreeAddr(t)
+		admin := proc.FreeAddr(t)
 		p := h.start("a", "SEQUENCER_TXN_FLOOR="+tc.floor.String(), "SEQUENCER_ADMIN_ADDR="+admin)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		sess := h.session(0)

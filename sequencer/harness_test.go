@@ -16,11 +16,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/seqflow/seqflow/internal/audit"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/migrate"
-	"github.com/seqflow/seqflow/internal/proctest"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/logcheck"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -77,12 +77,12 @@ func newHarness(t *testing.T, partitions int32) *harness {
 	if _, err := migrate.Up(ctx, pool, ""); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	h.bin = proctest.Build(t, "./sequencer")
+	h.bin = proc.Build(t, "./sequencer")
 	return h
 }
 
 // start runs a sequencer process named name.
-func (h *harness) start(name string, env ...string) *proctest.Proc {
+func (h *harness) start(name string, env ...string) *proc.Proc {
 	base := []string{
 		"SEQFLOW_KAFKA_BROKERS=" + strings.Join(h.st.KafkaBrokers, ","),
 		"SEQFLOW_PG_URL=" + h.st.PGURL,
@@ -98,7 +98,7 @@ func (h *harness) start(name string, env ...string) *proctest.Proc {
 		"SEQUENCER_NODE_LEASE_TTL=6s",
 		"SEQUENCER_KAFKA_DEBUG=" + os.Getenv("SEQUENCER_KAFKA_DEBUG"), // true: franz-go's log in the process log
 	}
-	return proctest.Start(h.t, name, h.bin, append(base, env...)...)
+	return proc.Start(h.t, name, h.bin, append(base, env...)...)
 }
 
 func (h *harness) session(i int) string { return fmt.Sprintf("%ssess-%03d", h.prefix, i) }
@@ -153,12 +153,12 @@ func (h *harness) sendRaw(ctx context.Context, key string, value []byte) {
 	}
 }
 
-func (h *harness) sentSessions() []audit.Sent {
+func (h *harness) sentSessions() []logcheck.Sent {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]audit.Sent, 0, len(h.sent))
+	out := make([]logcheck.Sent, 0, len(h.sent))
 	for s, ids := range h.sent {
-		out = append(out, audit.Sent{SessionID: s, ClientMsgIDs: append([]string(nil), ids...)})
+		out = append(out, logcheck.Sent{SessionID: s, ClientMsgIDs: append([]string(nil), ids...)})
 	}
 	return out
 }
@@ -181,19 +181,19 @@ func (h *harness) distinctSent() int {
 
 // settle waits until every sent message is in the committed log (or the
 // timeout passes) and returns the audit of the log.
-func (h *harness) settle(timeout time.Duration) (*audit.Log, *audit.Report) {
+func (h *harness) settle(timeout time.Duration) (*logcheck.Log, *logcheck.Report) {
 	h.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		began := time.Now()
-		l, err := audit.Read(ctx, h.st.KafkaBrokers, h.topics)
+		l, err := logcheck.Read(ctx, h.st.KafkaBrokers, h.topics)
 		cancel()
 		if err != nil {
 			h.t.Fatalf("read log: %v", err)
 		}
 		h.t.Logf("read log: %d events, %d duplicate ACKs in %s", len(l.Events), len(l.Duplicates), time.Since(began).Round(time.Millisecond))
-		r := audit.Check(l, h.sentSessions(), testStep)
+		r := logcheck.Check(l, h.sentSessions(), testStep)
 		if len(r.Lost) == 0 || time.Now().After(deadline) {
 			return l, r
 		}
@@ -227,7 +227,7 @@ func (h *harness) producer(ctx context.Context, sessions []string, dupRate float
 	return nil
 }
 
-func requireOK(t *testing.T, r *audit.Report) {
+func requireOK(t *testing.T, r *logcheck.Report) {
 	t.Helper()
 	if !r.OK() {
 		t.Fatalf("guarantees broken:\n%s", r)

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/eventlog"
-	"github.com/seqflow/seqflow/internal/proctest"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
 	"github.com/seqflow/seqflow/schemas"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -137,7 +137,7 @@ func TestPartitionMovesAwayAndBack(t *testing.T) {
 }
 
 // waitPartitions waits until p has logged msg for n distinct partitions.
-func waitPartitions(t *testing.T, p *proctest.Proc, msg string, n int, timeout time.Duration) {
+func waitPartitions(t *testing.T, p *proc.Proc, msg string, n int, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for len(loggedPartitions(t, p, msg)) < n {
@@ -152,7 +152,7 @@ func waitPartitions(t *testing.T, p *proctest.Proc, msg string, n int, timeout t
 // ID txnID has a transaction open with records in it, trying again a
 // little later when the stop landed between two transactions. It returns
 // when p was stopped.
-func (h *harness) stopInOpenTransaction(t *testing.T, p *proctest.Proc, txnID string) time.Time {
+func (h *harness) stopInOpenTransaction(t *testing.T, p *proc.Proc, txnID string) time.Time {
 	t.Helper()
 	adm := kadm.NewClient(h.cl)
 	for try := 0; try < 20; try++ {
@@ -185,7 +185,7 @@ func (h *harness) describeTxn(t *testing.T, adm *kadm.Client, txnID string) kadm
 
 // loggedPartitions counts, per partition, the lines of p's log with
 // message msg.
-func loggedPartitions(t *testing.T, p *proctest.Proc, msg string) map[int32]int {
+func loggedPartitions(t *testing.T, p *proc.Proc, msg string) map[int32]int {
 	t.Helper()
 	n := map[int32]int{}
 	for _, line := range strings.Split(readLog(t, p), "\n") {
@@ -306,7 +306,7 @@ func TestOrderlyStopEndsItsTransaction(t *testing.T) {
 // G1–G5 over the whole committed log.
 func TestChaos(t *testing.T) {
 	h := newHarness(t, 6)
-	procs := []*proctest.Proc{h.start("s0"), h.start("s1"), h.start("s2")}
+	procs := []*proc.Proc{h.start("s0"), h.start("s1"), h.start("s2")}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
@@ -329,7 +329,9 @@ func TestChaos(t *testing.T) {
 			faults["kill9"]++
 			p.Kill()
 			time.Sleep(time.Second)
-			p.Restart()
+			if err := p.Restart(); err != nil {
+				t.Error(err)
+			}
 		case 1:
 			faults["pause"]++
 			p.Signal(syscall.SIGSTOP)
@@ -338,7 +340,9 @@ func TestChaos(t *testing.T) {
 		case 2:
 			faults["graceful_restart"]++
 			p.Stop(20 * time.Second)
-			p.Restart()
+			if err := p.Restart(); err != nil {
+				t.Error(err)
+			}
 		}
 	}
 	time.Sleep(3 * time.Second)
@@ -354,7 +358,7 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-func readLog(t *testing.T, p *proctest.Proc) string {
+func readLog(t *testing.T, p *proc.Proc) string {
 	t.Helper()
 	b, err := os.ReadFile(p.Log)
 	if err != nil {
@@ -363,7 +367,7 @@ func readLog(t *testing.T, p *proctest.Proc) string {
 	return string(b)
 }
 
-func waitLog(t *testing.T, p *proctest.Proc, s string, timeout time.Duration) {
+func waitLog(t *testing.T, p *proc.Proc, s string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !p.LogContains(s) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqflow/seqflow/client/clienttest"
+	"github.com/seqflow/seqflow/internal/testkit/clienttest"
 )
 
 // TestRun drives a short paced run through two gateway processes of the
@@ -46,7 +46,9 @@ func TestRun(t *testing.T) {
 					time.Sleep(time.Second)
 					g1.Proc.Kill()
 					time.Sleep(500 * time.Millisecond)
-					g1.Proc.Restart()
+					if err := g1.Proc.Restart(); err != nil {
+						t.Error(err)
+					}
 				}()
 			} else {
 				close(killed)

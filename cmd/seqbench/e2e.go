@@ -44,7 +44,7 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 
 	named := map[int]string{os.Getpid(): "seqbench (load generator, clients)"}
 	for _, p := range s.procs {
-		named[p.cmd.Process.Pid] = p.name
+		named[p.Pid()] = p.Name
 	}
 	var cpuNotes []string
 	if b.cfg.E2EWarmup > 0 {

@@ -6,13 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,6 +17,7 @@ import (
 
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/migrate"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
 )
 
 // benchSecret is the HS256 secret of the bench's gateways; the load
@@ -32,16 +29,7 @@ const benchSecret = "seqbench-secret-seqbench-secret-0123456789"
 type services struct {
 	b      *Bench
 	prefix string
-	procs  []*proc
-}
-
-type proc struct {
-	name  string
-	cmd   *exec.Cmd
-	log   string
-	admin string
-	done  chan struct{}
-	err   error
+	procs  []*proc.Proc
 }
 
 // Every service the bench starts, in start order.
@@ -59,12 +47,12 @@ func (b *Bench) buildServices(ctx context.Context) error {
 	if b.built {
 		return nil
 	}
-	for _, svc := range serviceOrder {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(".data", "bin", svc), "./"+svc)
-		cmd.Dir = b.cfg.Root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %w: %s", svc, err, out)
-		}
+	pkgs := make([]string, len(serviceOrder))
+	for i, svc := range serviceOrder {
+		pkgs[i] = "./" + svc
+	}
+	if _, err := proc.Compile(ctx, b.cfg.Root, filepath.Join(b.cfg.Root, ".data", "bin"), pkgs...); err != nil {
+		return err
 	}
 	b.built = true
 	return nil
@@ -104,64 +92,32 @@ func (b *Bench) startServices(ctx context.Context, phase string, extra []string,
 			"GATEWAY_JWT_HS256_SECRET=" + benchSecret, "GATEWAY_RATE_PER_USER=100000", "GATEWAY_RATE_BURST=100000"},
 	}
 	for _, name := range names {
-		p := &proc{name: name, log: filepath.Join(b.logDir, phase+"-"+name+".log"), admin: b.adminAddr(name), done: make(chan struct{})}
-		f, err := os.Create(p.log)
-		if err != nil {
+		p := &proc.Proc{Name: name, Bin: filepath.Join(b.cfg.Root, ".data", "bin", name),
+			Env:   slices.Concat(common, own[name], b.cfg.ServiceEnv, extra),
+			Log:   filepath.Join(b.logDir, phase+"-"+name+".log"),
+			Admin: b.adminAddr(name)}
+		if err := p.Start(); err != nil {
 			s.stop()
-			return nil, fmt.Errorf("create service log: %w", err)
+			return nil, &ServiceError{Service: name, Log: p.Log, Err: err}
 		}
-		// Not CommandContext: stop() ends them with SIGTERM, then SIGKILL.
-		p.cmd = exec.Command(filepath.Join(b.cfg.Root, ".data", "bin", name))
-		p.cmd.Env = slices.Concat(os.Environ(), common, own[name], b.cfg.ServiceEnv, extra)
-		p.cmd.Stdout, p.cmd.Stderr = f, f
-		if err := p.cmd.Start(); err != nil {
-			f.Close()
-			s.stop()
-			return nil, &ServiceError{Service: name, Log: p.log, Err: err}
-		}
-		go func() {
-			p.err = p.cmd.Wait()
-			f.Close()
-			close(p.done)
-		}()
 		s.procs = append(s.procs, p)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	for _, p := range s.procs {
-		if err := waitReady(rctx, p); err != nil {
+		if err := p.WaitReady(rctx); err != nil {
 			s.stop()
-			return nil, err
+			return nil, &ServiceError{Service: p.Name, Log: p.Log, Err: err}
 		}
 	}
 	return s, nil
 }
 
-func waitReady(ctx context.Context, p *proc) error {
-	url := "http://" + p.admin + "/readyz"
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-p.done:
-			return &ServiceError{Service: p.name, Log: p.log, Err: fmt.Errorf("exited before ready: %v", p.err)}
-		case <-ctx.Done():
-			return &ServiceError{Service: p.name, Log: p.log, Err: fmt.Errorf("not ready: %w", ctx.Err())}
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
 // pid returns the process ID of the named service, 0 if not started.
 func (s *services) pid(name string) int {
 	for _, p := range s.procs {
-		if p.name == name {
-			return p.cmd.Process.Pid
+		if p.Name == name {
+			return p.Pid()
 		}
 	}
 	return 0
@@ -171,10 +127,8 @@ func (s *services) pid(name string) int {
 func (s *services) exited() error {
 	var errs []error
 	for _, p := range s.procs {
-		select {
-		case <-p.done:
-			errs = append(errs, &ServiceError{Service: p.name, Log: p.log, Err: fmt.Errorf("exited during the phase: %v", p.err)})
-		default:
+		if !p.Running() {
+			errs = append(errs, &ServiceError{Service: p.Name, Log: p.Log, Err: fmt.Errorf("exited during the phase: %v", p.Err())})
 		}
 	}
 	return errors.Join(errs...)
@@ -184,14 +138,7 @@ func (s *services) exited() error {
 // after 15 s.
 func (s *services) stop() {
 	for i := len(s.procs) - 1; i >= 0; i-- {
-		p := s.procs[i]
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		s.procs[i].Stop(15 * time.Second)
 	}
 	s.b.deleteTopics(s.prefix)
 }

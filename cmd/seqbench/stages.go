@@ -101,10 +101,10 @@ func (s *services) snapMetrics(ctx context.Context) metricsSnap {
 	out := metricsSnap{}
 	for _, p := range s.procs {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		h, plain, err := scrapeHistograms(ctx, "http://"+p.admin+"/metrics")
+		h, plain, err := scrapeHistograms(ctx, "http://"+p.Admin+"/metrics")
 		cancel()
 		if err == nil {
-			out[p.name], out["plain:"+p.name] = h, plain
+			out[p.Name], out["plain:"+p.Name] = h, plain
 		}
 	}
 	return out

@@ -36,7 +36,6 @@ var commands = map[string]command{
 	"lag":    {"consumer lag per group, topic and partition (committed, end, lag)", runLag},
 	"topics": {"describe every seqflow topic: partitions, replication, configs, end offsets", runTopics},
 	"dlq":    {"list dead letters, or redrive one to its original topic", runDLQ},
-	"chaos":  {"reliability suite: the whole pipeline under load and faults; exit status 1 on any harm", runChaos},
 }
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 )
 
 // envRead matches a variable read by a service: the string literal first

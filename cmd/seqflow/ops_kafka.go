@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
-	"github.com/seqflow/seqflow/internal/stack"
 )
 
 // opsFlags are the connection flags every operator command shares.
@@ -24,7 +24,7 @@ func (o *opsFlags) register(fs *flag.FlagSet) {
 }
 
 func (o *opsFlags) brokerList() ([]string, error) {
-	bs := stack.Load().KafkaBrokers
+	bs := config.LoadLocal().KafkaBrokers
 	if o.brokers != "" {
 		bs = eventlog.SplitBrokers(o.brokers)
 	}

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/migrate"
-	"github.com/seqflow/seqflow/internal/proctest"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -73,7 +73,7 @@ func TestDLQRedriveThroughTheSequencer(t *testing.T) {
 	if _, err := migrate.Up(ctx, pool, ""); err != nil {
 		t.Fatal(err)
 	}
-	bin := proctest.Build(t, "./sequencer")
+	bin := proc.Build(t, "./sequencer")
 	group := "seqflow-sequencer-" + e.prefix
 	env := func(maxBytes int) []string {
 		return []string{
@@ -83,7 +83,7 @@ func TestDLQRedriveThroughTheSequencer(t *testing.T) {
 			fmt.Sprintf("SEQUENCER_MAX_UPLINK_BYTES=%d", maxBytes),
 		}
 	}
-	seq := proctest.Start(t, "seq-small", bin, env(256)...)
+	seq := proc.Start(t, "seq-small", bin, env(256)...)
 
 	session := "ops-redrive-" + e.prefix
 	uplink := func(id, body string) *kgo.Record {
@@ -129,7 +129,7 @@ func TestDLQRedriveThroughTheSequencer(t *testing.T) {
 	})
 
 	seq.Stop(20 * time.Second)
-	proctest.Start(t, "seq-right", bin, env(65536)...)
+	proc.Start(t, "seq-right", bin, env(65536)...)
 	redrive := func() {
 		t.Helper()
 		if out, err := e.run(t, dlqCmd, "redrive", "-offset", fmt.Sprint(dlOffset)); err != nil {

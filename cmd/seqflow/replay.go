@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/rebuild"
 	"github.com/seqflow/seqflow/internal/store"
-	"github.com/seqflow/seqflow/internal/store/audit"
 )
 
 // runReplay rebuilds the message store from offset 0 of im.sequenced.v1
@@ -32,7 +32,7 @@ func runReplay(ctx context.Context, args []string) error {
 	if *schema == "" {
 		*schema = "store_" + time.Now().UTC().Format("20060102_150405")
 	}
-	st := stack.Load()
+	st := config.LoadLocal()
 	if len(st.KafkaBrokers) == 0 || st.PGURL == "" {
 		return fmt.Errorf("no Kafka brokers or PostgreSQL URL: set SEQFLOW_KAFKA_BROKERS and SEQFLOW_PG_URL")
 	}
@@ -43,7 +43,7 @@ func runReplay(ctx context.Context, args []string) error {
 	defer pool.Close()
 	t := eventlog.Names(*prefix)
 	bar := progressBar(*quiet)
-	res, err := audit.Replay(ctx, audit.ReplayConfig{
+	res, err := rebuild.Replay(ctx, rebuild.ReplayConfig{
 		Brokers: st.KafkaBrokers, Topics: t, Pool: pool, Schema: *schema, BatchMax: *batch, Progress: bar,
 	})
 	if !*quiet {
@@ -54,11 +54,11 @@ func runReplay(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("replayed %d records into schema %s in %s (%.0f records/s): %d rows, %d skipped\n",
 		res.Records, *schema, res.Elapsed.Round(time.Millisecond), float64(res.Records)/res.Elapsed.Seconds(), res.Inserted, res.Skipped)
-	l, err := audit.ReadLog(ctx, st.KafkaBrokers, t.Sequenced, res.Ends[t.Sequenced])
+	l, err := rebuild.ReadLog(ctx, st.KafkaBrokers, t.Sequenced, res.Ends[t.Sequenced])
 	if err != nil {
 		return err
 	}
-	rep, err := audit.Compare(ctx, pool, *schema, l)
+	rep, err := rebuild.Compare(ctx, pool, *schema, l)
 	if err != nil {
 		return err
 	}
@@ -80,12 +80,12 @@ func runReplay(ctx context.Context, args []string) error {
 }
 
 // progressBar draws records, rate and ETA on stderr, at most 5 times a second.
-func progressBar(quiet bool) func(audit.Progress) {
+func progressBar(quiet bool) func(rebuild.Progress) {
 	if quiet {
 		return nil
 	}
 	var last time.Time
-	return func(p audit.Progress) {
+	return func(p rebuild.Progress) {
 		if time.Since(last) < 200*time.Millisecond && p.Records < p.Total {
 			return
 		}

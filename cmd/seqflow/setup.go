@@ -10,9 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/migrate"
-	"github.com/seqflow/seqflow/internal/stack"
 )
 
 func runSetup(ctx context.Context, args []string) error {
@@ -24,7 +24,7 @@ func runSetup(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	st := stack.Load()
+	st := config.LoadLocal()
 	bs := st.KafkaBrokers
 	if *brokers != "" {
 		bs = eventlog.SplitBrokers(*brokers)

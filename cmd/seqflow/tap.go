@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
-	"github.com/seqflow/seqflow/internal/stack"
 	"github.com/seqflow/seqflow/schemas"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -60,7 +60,7 @@ func tap(ctx context.Context, out io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	st := stack.Load()
+	st := config.LoadLocal()
 	if len(st.KafkaBrokers) == 0 {
 		return fmt.Errorf("no Kafka brokers: set SEQFLOW_KAFKA_BROKERS or run `go tool task up`")
 	}

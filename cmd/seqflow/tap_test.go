@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/seqflow/seqflow/client/clienttest"
+	"github.com/seqflow/seqflow/internal/testkit/clienttest"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
-	"github.com/seqflow/seqflow/internal/stack"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -30,7 +30,7 @@ func runUplink(ctx context.Context, args []string) error {
 	if *session == "" || *from == "" {
 		return fmt.Errorf("-session and -from are required")
 	}
-	st := stack.Load()
+	st := config.LoadLocal()
 	if len(st.KafkaBrokers) == 0 {
 		return fmt.Errorf("no Kafka brokers: set SEQFLOW_KAFKA_BROKERS or run `go tool task up`")
 	}

@@ -10,10 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/rebuild"
 	"github.com/seqflow/seqflow/internal/store"
-	"github.com/seqflow/seqflow/internal/store/audit"
 )
 
 // runVerify audits the store against im.sequenced.v1: missing, extra and
@@ -31,7 +31,7 @@ func runVerify(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	st := stack.Load()
+	st := config.LoadLocal()
 	if len(st.KafkaBrokers) == 0 || st.PGURL == "" {
 		return fmt.Errorf("no Kafka brokers or PostgreSQL URL: set SEQFLOW_KAFKA_BROKERS and SEQFLOW_PG_URL")
 	}
@@ -56,9 +56,9 @@ func runVerify(ctx context.Context, args []string) error {
 	return nil
 }
 
-func verifySchema(ctx context.Context, brokers []string, t eventlog.Topics, pool *pgxpool.Pool, schema string, full bool) (*audit.Report, error) {
+func verifySchema(ctx context.Context, brokers []string, t eventlog.Topics, pool *pgxpool.Pool, schema string, full bool) (*rebuild.Report, error) {
 	p := pool
-	end, err := audit.CurrentEnds(ctx, brokers, t.Sequenced)
+	end, err := rebuild.CurrentEnds(ctx, brokers, t.Sequenced)
 	if err != nil {
 		return nil, err
 	}
@@ -71,14 +71,14 @@ func verifySchema(ctx context.Context, brokers []string, t eventlog.Topics, pool
 			end[part] = min(e, held[part])
 		}
 	}
-	l, err := audit.ReadLog(ctx, brokers, t.Sequenced, end)
+	l, err := rebuild.ReadLog(ctx, brokers, t.Sequenced, end)
 	if err != nil {
 		return nil, err
 	}
-	return audit.Compare(ctx, p, schema, l)
+	return rebuild.Compare(ctx, p, schema, l)
 }
 
-func printReport(w io.Writer, schema string, rep *audit.Report, show int) {
+func printReport(w io.Writer, schema string, rep *rebuild.Report, show int) {
 	verdict := "EQUAL"
 	if !rep.Equal() {
 		verdict = "DIFFERENT"

@@ -6,8 +6,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqflow/seqflow/internal/delivery"
-	"github.com/seqflow/seqflow/internal/delivery/deliverytest"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/deliverytest"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 )
 
 func newRedis(t testing.TB) redis.UniversalClient {

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/seqflow/seqflow/internal/delivery"
-	"github.com/seqflow/seqflow/internal/delivery/deliverytest"
+	"github.com/seqflow/seqflow/internal/testkit/deliverytest"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 )
 
 // TestKeyPartitioningMatchesOtherClients is the compatibility test for

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seqflow/seqflow/internal/eventlog"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 )
 
 // member is one consumer of the test group and what it was handed.

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqflow/seqflow/internal/migrate"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 )
 
 // The three ways to hand out a session's seqs that the seeds weigh, one

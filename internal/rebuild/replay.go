@@ -1,4 +1,4 @@
-package audit
+package rebuild
 
 import (
 	"context"

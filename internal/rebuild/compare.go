@@ -1,8 +1,8 @@
-// Package audit compares the message store with the sequenced log it is
+// Package rebuild compares the message store with the sequenced log it is
 // built from, and rebuilds a store from the log (replay). The log is the
 // source of truth: what it holds, after the first-wins rule for repeated
 // keys, is exactly what the messages table must hold.
-package audit
+package rebuild
 
 import (
 	"bytes"

@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seqflow/seqflow/internal/testkit/proc"
 )
 
 // The suite runs its own Redis and PostgreSQL: restarting them is a fault
@@ -38,7 +40,7 @@ func freePort() (int, error) {
 // comes back empty.
 type redisServer struct {
 	Addr string
-	p    *proc
+	p    *proc.Proc
 }
 
 func startRedis(ctx context.Context, dir string) (*redisServer, error) {
@@ -51,7 +53,7 @@ func startRedis(ctx context.Context, dir string) (*redisServer, error) {
 		return nil, fmt.Errorf("redis-server not found (install redis-server): %w", err)
 	}
 	r := &redisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	r.p = &proc{Name: "redis", Kind: "redis", Bin: bin, Log: filepath.Join(dir, "redis.log"),
+	r.p = &proc.Proc{Name: "redis", Bin: bin, Log: filepath.Join(dir, "redis.log"),
 		Args: []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--protected-mode", "yes",
 			"--save", "", "--appendonly", "no", "--dir", dir}}
 	if err := r.start(ctx); err != nil {
@@ -61,7 +63,7 @@ func startRedis(ctx context.Context, dir string) (*redisServer, error) {
 }
 
 func (r *redisServer) start(ctx context.Context) error {
-	if err := r.p.start(); err != nil {
+	if err := r.p.Start(); err != nil {
 		return err
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
@@ -71,14 +73,14 @@ func (r *redisServer) start(ctx context.Context) error {
 
 // restart kills redis -9 and starts it again, empty, after hold.
 func (r *redisServer) restart(ctx context.Context, hold time.Duration) error {
-	r.p.kill()
+	r.p.Kill()
 	if err := sleep(ctx, hold); err != nil {
 		return err
 	}
 	return r.start(ctx)
 }
 
-func (r *redisServer) close() { r.p.kill() }
+func (r *redisServer) close() { r.p.Kill() }
 
 // postgres is a private PostgreSQL cluster in a temporary directory,
 // trust auth on 127.0.0.1 only. Run as root, it runs as the OS user

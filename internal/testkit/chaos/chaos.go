@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,7 +33,8 @@ import (
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/migrate"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 )
 
 // Options describe a run. Zero values take the defaults named.
@@ -191,7 +191,7 @@ type suite struct {
 	k3    *kafka3
 	kcl   *kgo.Client
 	adm   *kadm.Client
-	procs map[string][]*proc
+	procs map[string][]*proc.Proc
 	gws   []string // gateway addresses
 	book  *ackBook
 	probe *probe
@@ -208,7 +208,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	s := &suite{o: o, id: hex.EncodeToString(b), log: o.Log, procs: map[string][]*proc{}}
+	s := &suite{o: o, id: hex.EncodeToString(b), log: o.Log, procs: map[string][]*proc.Proc{}}
 	s.prefix = "chaos-" + s.id + "."
 	s.topics = eventlog.Names(s.prefix)
 	sb := make([]byte, 24)
@@ -363,7 +363,7 @@ func (s *suite) setup(ctx context.Context) error {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return &SetupError{"run dir", err}
 	}
-	bins, err := build(ctx, o.Root, filepath.Join(o.Dir, "bin"), "./sequencer", "./persister", "./pusher", "./producer-gw")
+	bins, err := proc.Compile(ctx, o.Root, filepath.Join(o.Dir, "bin"), "./sequencer", "./persister", "./pusher", "./producer-gw")
 	if err != nil {
 		return &SetupError{"build", err}
 	}
@@ -428,10 +428,10 @@ func (s *suite) setup(ctx context.Context) error {
 			if err != nil {
 				return &SetupError{"ports", err}
 			}
-			p := &proc{Name: svc + "-" + name, Kind: svc, Bin: bins[pkg[svc]], Admin: admin,
+			p := &proc.Proc{Name: svc + "-" + name, Bin: bins[pkg[svc]], Admin: admin,
 				Env: append(append(append([]string(nil), common...), env[svc]...), adminVar[svc]+"="+admin),
 				Log: filepath.Join(o.Dir, svc+"-"+name+".log")}
-			if err := p.start(); err != nil {
+			if err := p.Start(); err != nil {
 				return &SetupError{"start " + p.Name, err}
 			}
 			s.procs[svc] = append(s.procs[svc], p)
@@ -442,27 +442,10 @@ func (s *suite) setup(ctx context.Context) error {
 	}
 	for _, svc := range services {
 		for _, p := range s.procs[svc] {
-			if err := waitFor(ctx, 2*time.Minute, p.Name, func(ctx context.Context) error { return ready(ctx, p) }); err != nil {
+			if err := waitFor(ctx, 2*time.Minute, p.Name, func(ctx context.Context) error { return p.Ready(ctx) }); err != nil {
 				return &SetupError{"ready", err}
 			}
 		}
-	}
-	return nil
-}
-
-// ready asks a process's /readyz.
-func ready(ctx context.Context, p *proc) error {
-	if !p.running() {
-		return fmt.Errorf("%s exited (see %s)", p.Name, p.Log)
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Admin+"/readyz", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s /readyz: %s", p.Name, resp.Status)
 	}
 	return nil
 }
@@ -472,7 +455,7 @@ func (s *suite) teardown() {
 	for i := len(services) - 1; i >= 0; i-- {
 		var wg sync.WaitGroup
 		for _, p := range s.procs[services[i]] {
-			wg.Go(func() { p.stop(10 * time.Second) })
+			wg.Go(func() { p.Stop(10 * time.Second) })
 		}
 		wg.Wait()
 	}
@@ -515,16 +498,16 @@ func (s *suite) inject(ctx context.Context, f Fault) FaultResult {
 		res.Target = p.Name
 		switch {
 		case f.Kind.isStop():
-			begin = func(context.Context) error { p.signal(syscall.SIGSTOP); return nil }
-			end = func(context.Context) error { p.signal(syscall.SIGCONT); return nil }
+			begin = func(context.Context) error { p.Signal(syscall.SIGSTOP); return nil }
+			end = func(context.Context) error { p.Signal(syscall.SIGCONT); return nil }
 		default:
 			if f.Kind == GatewayMidSend {
 				// The wait for commands in flight comes before the
 				// fault's clock starts: the fault is the kill.
 				res.InFlight = s.awaitInFlight(ctx, f.Instance%instances)
 			}
-			begin = func(context.Context) error { p.kill(); return nil }
-			end = func(context.Context) error { return p.start() }
+			begin = func(context.Context) error { p.Kill(); return nil }
+			end = func(context.Context) error { return p.Start() }
 		}
 	case f.Kind == KafkaBroker || f.Kind == KafkaCoordinator:
 		node, why := s.brokerFor(ctx, f)
@@ -533,7 +516,7 @@ func (s *suite) inject(ctx context.Context, f Fault) FaultResult {
 		end = func(ctx context.Context) error { return s.k3.start(ctx, node, s.topicsInSync) }
 	case f.Kind == RedisWipe:
 		res.Target = "redis " + s.redis.Addr
-		begin = func(context.Context) error { s.redis.p.kill(); return nil }
+		begin = func(context.Context) error { s.redis.p.Kill(); return nil }
 		end = s.redis.start
 	case f.Kind == PostgresRestart:
 		res.Target = "postgres"

@@ -21,8 +21,8 @@ import (
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/migrate"
-	"github.com/seqflow/seqflow/internal/proctest"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 )
 
 // Secret is the HS256 secret of every gateway the pipeline starts.
@@ -73,16 +73,16 @@ func Start(t *testing.T) *Pipeline {
 	p.signer, _ = auth.NewHS256Signer([]byte(Secret))
 
 	common := p.Env()
-	seq := proctest.Build(t, "./sequencer")
-	per := proctest.Build(t, "./persister")
-	push := proctest.Build(t, "./pusher")
-	p.gwBin = proctest.Build(t, "./producer-gw")
+	seq := proc.Build(t, "./sequencer")
+	per := proc.Build(t, "./persister")
+	push := proc.Build(t, "./pusher")
+	p.gwBin = proc.Build(t, "./producer-gw")
 	admins := []string{FreeAddr(t), FreeAddr(t), FreeAddr(t)}
-	proctest.Start(t, "sequencer", seq, append(common, "SEQUENCER_GROUP=clt-seq-"+id, "SEQUENCER_INSTANCE_ID=clt-"+id,
+	proc.Start(t, "sequencer", seq, append(common, "SEQUENCER_GROUP=clt-seq-"+id, "SEQUENCER_INSTANCE_ID=clt-"+id,
 		"SEQUENCER_ADMIN_ADDR="+admins[0], "SEQUENCER_SESSION_TIMEOUT=6s")...)
-	proctest.Start(t, "persister", per, append(common, "PERSISTER_GROUP=clt-per-"+id, "PERSISTER_INSTANCE_ID=clt-"+id,
+	proc.Start(t, "persister", per, append(common, "PERSISTER_GROUP=clt-per-"+id, "PERSISTER_INSTANCE_ID=clt-"+id,
 		"PERSISTER_ADMIN_ADDR="+admins[1], "PERSISTER_MIGRATE=false", "PERSISTER_SESSION_TIMEOUT=6s")...)
-	proctest.Start(t, "pusher", push, append(common, "PUSHER_GROUP=clt-push-"+id, "PUSHER_INSTANCE_ID=clt-"+id,
+	proc.Start(t, "pusher", push, append(common, "PUSHER_GROUP=clt-push-"+id, "PUSHER_INSTANCE_ID=clt-"+id,
 		"PUSHER_ADMIN_ADDR="+admins[2], "PUSHER_RESET_OFFSET=start", "PUSHER_SESSION_TIMEOUT=6s")...)
 	// Ready means partitions assigned: before that, the first commands
 	// would wait for a group join.
@@ -118,7 +118,7 @@ func (p *Pipeline) Env() []string {
 // Gateway is a producer-gw process on a fixed address, so a restart comes
 // back where clients look for it.
 type Gateway struct {
-	Proc *proctest.Proc
+	Proc *proc.Proc
 	Addr string
 	URL  string // ws://Addr
 }
@@ -132,7 +132,7 @@ func (p *Pipeline) Gateway(t *testing.T, name string, env ...string) *Gateway {
 	all := append(p.Env(), "GATEWAY_ID=clt-"+name+"-"+p.ID, "GATEWAY_ADDR="+addr, "GATEWAY_ADMIN_ADDR=",
 		"GATEWAY_JWT_HS256_SECRET="+Secret, "GATEWAY_ACK_WAIT=5s", "GATEWAY_SHUTDOWN_TIMEOUT=3s",
 		"GATEWAY_RATE_PER_USER=2000", "GATEWAY_RATE_BURST=2000")
-	g := &Gateway{Proc: proctest.Start(t, name, p.gwBin, append(all, env...)...), Addr: addr, URL: "ws://" + addr}
+	g := &Gateway{Proc: proc.Start(t, name, p.gwBin, append(all, env...)...), Addr: addr, URL: "ws://" + addr}
 	g.WaitListening(t)
 	return g
 }
@@ -155,7 +155,7 @@ func (g *Gateway) WaitListening(t *testing.T) {
 }
 
 // FreeAddr returns a 127.0.0.1 address with a port free a moment ago.
-func FreeAddr(t *testing.T) string { return proctest.FreeAddr(t) }
+func FreeAddr(t *testing.T) string { return proc.FreeAddr(t) }
 
 // Token mints a one-hour token for user and device.
 func (p *Pipeline) Token(t *testing.T, user, device string) string {

@@ -1,3 +1,16 @@
+// Command seqchaos is the reliability suite (internal/testkit/chaos) on
+// the command line; `go tool task chaos` and `chaos:short` run it:
+//
+//	seqchaos                 the full run: >= 50 faults over 25 minutes
+//	seqchaos -short          chaos:short, every fault kind once, in minutes
+//	seqchaos -seed 42        repeat a run's schedule
+//
+// It needs the three-broker cluster (stack.sh up-kafka3), redis-server and
+// the PostgreSQL binaries; it starts its own Redis and PostgreSQL. It
+// prints the table, writes the JSON report and exits with status 1 when
+// anything acknowledged was lost or duplicated, a seq was reused or went
+// back, order broke, an online recipient missed a message, or a fault did
+// not recover within -max-recovery.
 package main
 
 import (
@@ -8,32 +21,28 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
-	"github.com/seqflow/seqflow/internal/chaos"
-	"github.com/seqflow/seqflow/internal/stack"
+	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/testkit/chaos"
 )
 
-// runChaos is the reliability suite (internal/chaos) on the command line:
-//
-//	seqflow chaos                 the full run: >= 50 faults over 25 minutes
-//	seqflow chaos -short          chaos:short, every fault kind once, in minutes
-//	seqflow chaos -seed 42        repeat a run's schedule
-//
-// It needs the three-broker cluster (stack.sh up-kafka3), redis-server and
-// the PostgreSQL binaries; it starts its own Redis and PostgreSQL. It
-// prints the table, writes the JSON report and exits with status 1 when
-// anything acknowledged was lost or duplicated, a seq was reused or went
-// back, order broke, an online recipient missed a message, or a fault did
-// not recover within -max-recovery.
-func runChaos(ctx context.Context, args []string) error {
-	return chaosCmd(ctx, os.Stdout, args)
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Stdout, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "seqchaos:", err)
+		os.Exit(1)
+	}
 }
 
-func chaosCmd(ctx context.Context, out io.Writer, args []string) error {
-	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+func run(ctx context.Context, out io.Writer, args []string) error {
+	fs := flag.NewFlagSet("seqchaos", flag.ContinueOnError)
 	short := fs.Bool("short", false, "the reduced run of chaos:short: each kind of ShortKinds once, a 300s send phase")
 	seed := fs.Uint64("seed", 0, "fault schedule seed (0: from the clock; the report names it)")
 	duration := fs.Duration("duration", 0, "send phase of the load; faults happen during it (default 25m, -short 300s)")
@@ -42,7 +51,7 @@ func chaosCmd(ctx context.Context, out io.Writer, args []string) error {
 	sessions := fs.Int("sessions", 6, "load: sessions, half of them groups of 4")
 	maxFaults := fs.Int("max-faults", 0, "stop injecting after this many faults (0: as many as fit)")
 	minFaults := fs.Int("min-faults", 0, "fail when fewer faults were injected (default 50, -short 8)")
-	kinds := fs.String("kinds", "", "comma-separated fault kinds (default all, -short the short set); see internal/chaos")
+	kinds := fs.String("kinds", "", "comma-separated fault kinds (default all, -short the short set); see internal/testkit/chaos")
 	sessionTimeout := fs.Duration("session-timeout", 6*time.Second, "consumer group session timeout of every service")
 	maxRecovery := fs.Duration("max-recovery", 2*time.Minute, "a fault not recovered within this fails the run")
 	jsonOut := fs.String("json", "", "report file (default .data/reports/chaos.json, -short .data/reports/chaos-short.json)")
@@ -51,7 +60,7 @@ func chaosCmd(ctx context.Context, out io.Writer, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	st := stack.Load()
+	st := config.LoadLocal()
 	o := chaos.Options{
 		Brokers: st.Kafka3Brokers, Root: st.Root, Seed: *seed, Duration: *duration, Rate: *rate, Users: *users,
 		Sessions: *sessions, MaxFaults: *maxFaults, MinFaults: *minFaults, SessionTimeout: *sessionTimeout,
@@ -100,7 +109,7 @@ func chaosCmd(ctx context.Context, out io.Writer, args []string) error {
 		return err
 	}
 	rep.Short = *short
-	rep.Command = "seqflow chaos " + strings.Join(args, " ")
+	rep.Command = strings.TrimSpace("seqchaos " + strings.Join(args, " "))
 	fmt.Fprintln(out)
 	if err := rep.Table(out); err != nil {
 		return err

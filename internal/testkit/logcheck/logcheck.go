@@ -1,4 +1,4 @@
-// Package audit reads seqflow's committed logs back and checks the
+// Package logcheck reads seqflow's committed logs back and checks the
 // sequencer's guarantees against what producers sent:
 //
 //	G1 unique     no two events of a session share a seq
@@ -10,7 +10,7 @@
 //	G5 no loss    every sent message has an event (or a dead letter)
 //
 // Tests, the chaos suite and operators (seqflow verify) share it.
-package audit
+package logcheck
 
 import (
 	"context"

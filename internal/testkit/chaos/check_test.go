@@ -6,22 +6,22 @@ import (
 	"testing"
 
 	"github.com/seqflow/seqflow/client/load"
-	"github.com/seqflow/seqflow/internal/audit"
+	"github.com/seqflow/seqflow/internal/testkit/logcheck"
 )
 
 // TestCheckLog runs the log checks on logs written by hand (no Kafka: the
 // audit's input is data, and these are the cases it must tell apart).
 func TestCheckLog(t *testing.T) {
-	ev := func(s string, seq, msg int64, c string, up int64) audit.Event {
-		return audit.Event{SessionID: s, Seq: seq, MsgID: msg, ClientMsgID: c, UplinkOffset: up}
+	ev := func(s string, seq, msg int64, c string, up int64) logcheck.Event {
+		return logcheck.Event{SessionID: s, Seq: seq, MsgID: msg, ClientMsgID: c, UplinkOffset: up}
 	}
 	ack := func(s, c string, seq int64, msg string) Acked {
 		return Acked{SessionID: s, ClientMsgID: c, Seq: seq, MsgID: msg, Acks: 1}
 	}
-	clean := []audit.Event{ev("s", 1, 10, "a", 0), ev("s", 2, 11, "b", 1), ev("s", 1001, 12, "c", 2), ev("t", 1, 20, "x", 0)}
+	clean := []logcheck.Event{ev("s", 1, 10, "a", 0), ev("s", 2, 11, "b", 1), ev("s", 1001, 12, "c", 2), ev("t", 1, 20, "x", 0)}
 	cases := []struct {
 		name   string
-		events []audit.Event
+		events []logcheck.Event
 		acked  []Acked
 		want   func(Checks) bool
 		what   string
@@ -47,7 +47,7 @@ func TestCheckLog(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, _ := checkLog(&audit.Log{Events: c.events}, c.acked, 1000)
+			got, _ := checkLog(&logcheck.Log{Events: c.events}, c.acked, 1000)
 			if !c.want(got) {
 				b, _ := json.Marshal(got)
 				t.Fatalf("checks %s, want %s", b, c.what)

@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/seqflow/seqflow/internal/audit"
 	"github.com/seqflow/seqflow/internal/eventlog"
-	storeaudit "github.com/seqflow/seqflow/internal/store/audit"
+	"github.com/seqflow/seqflow/internal/rebuild"
+	"github.com/seqflow/seqflow/internal/testkit/logcheck"
 )
 
 // Checks is what the final audit found. Every field but the sizes counts
@@ -54,14 +54,14 @@ type Checks struct {
 // logKey is one client message of one session.
 type logKey struct{ session, clientMsgID string }
 
-// sentFromLog builds audit.Check's input from the log and the acked set:
+// sentFromLog builds logcheck.Check's input from the log and the acked set:
 // each session's client messages in the order of their first event, then
 // the acked ones the log lacks (which Check then reports lost). The order
 // of first events is what G4 is checked against through the uplink
 // offsets; the clients' own order is checked by the load (out_of_order).
-func sentFromLog(l *audit.Log, acked []Acked) []audit.Sent {
+func sentFromLog(l *logcheck.Log, acked []Acked) []logcheck.Sent {
 	idx := map[string]int{}
-	var sent []audit.Sent
+	var sent []logcheck.Sent
 	seen := map[logKey]bool{}
 	add := func(s, c string) {
 		k := logKey{s, c}
@@ -73,7 +73,7 @@ func sentFromLog(l *audit.Log, acked []Acked) []audit.Sent {
 		if !ok {
 			i = len(sent)
 			idx[s] = i
-			sent = append(sent, audit.Sent{SessionID: s})
+			sent = append(sent, logcheck.Sent{SessionID: s})
 		}
 		sent[i].ClientMsgIDs = append(sent[i].ClientMsgIDs, c)
 	}
@@ -95,12 +95,12 @@ func sentFromLog(l *audit.Log, acked []Acked) []audit.Sent {
 
 // checkLog compares the committed log with the acked set. step is the
 // sequencer's segment step, the largest gap one crash may leave.
-func checkLog(l *audit.Log, acked []Acked, step int64) (Checks, map[logKey]audit.Event) {
-	r := audit.Check(l, sentFromLog(l, acked), step)
+func checkLog(l *logcheck.Log, acked []Acked, step int64) (Checks, map[logKey]logcheck.Event) {
+	r := logcheck.Check(l, sentFromLog(l, acked), step)
 	c := Checks{LogEvents: len(l.Events), Sessions: r.Sessions, MaxGap: r.MaxGap,
 		DuplicatedInLog: len(r.Duplicated), SeqReused: len(r.SeqReused), SeqRegressions: len(r.SeqRegressions),
 		OrderViolations: len(r.OrderViolations), BadDuplicateAcks: len(r.BadDuplicateAcks)}
-	first := map[logKey]audit.Event{}
+	first := map[logKey]logcheck.Event{}
 	for _, ev := range l.Events {
 		k := logKey{ev.SessionID, ev.ClientMsgID}
 		if _, ok := first[k]; !ok {
@@ -148,19 +148,19 @@ func (c Checks) Harm() int {
 // then the store (internal/store/audit) against the log, waiting up to
 // settle for the persisters to catch up.
 func verify(ctx context.Context, brokers []string, t eventlog.Topics, pool *pgxpool.Pool, acked []Acked, step int64, settle time.Duration) (Checks, error) {
-	l, err := audit.Read(ctx, brokers, t)
+	l, err := logcheck.Read(ctx, brokers, t)
 	if err != nil {
 		return Checks{}, fmt.Errorf("read the log: %w", err)
 	}
 	c, first := checkLog(l, acked, step)
-	var cmp *storeaudit.Report
+	var cmp *rebuild.Report
 	deadline := time.Now().Add(settle)
 	for {
-		sl, err := storeaudit.ReadLog(ctx, brokers, t.Sequenced, nil)
+		sl, err := rebuild.ReadLog(ctx, brokers, t.Sequenced, nil)
 		if err != nil {
 			return c, fmt.Errorf("read the log for the store audit: %w", err)
 		}
-		if cmp, err = storeaudit.Compare(ctx, pool, "public", sl); err != nil {
+		if cmp, err = rebuild.Compare(ctx, pool, "public", sl); err != nil {
 			return c, fmt.Errorf("compare store and log: %w", err)
 		}
 		if cmp.Equal() || time.Now().After(deadline) {

@@ -18,7 +18,7 @@ import (
 // acks=all writes with one broker killed -9, then catches up when it is back.
 func TestKafka3SurvivesABrokerKill(t *testing.T) {
 	st := Require(t, "kafka3")
-	st.LockBrokerFaults(t)
+	LockBrokerFaults(t, st)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(st.Kafka3Brokers...), kgo.RequiredAcks(kgo.AllISRAcks()),
