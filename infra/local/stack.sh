@@ -86,7 +86,7 @@ JAVA_TOOL_FLAGS=(-Xms32m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xsha
 # half an hour of benchmarks its old generation held 462 MB after a young
 # collection (210 MB live) and pauses reached 200-840 ms. With 200 ms the
 # young generation is about 600 MB: a pause every 8 s or so, 15-72 ms
-# (docs/benchmarks.md, "What changed", 2026-12-03 afternoon).
+# (docs/benchmarks.md, "Defaults chosen by measurement").
 BROKER_GC_FLAGS=(${SEQFLOW_KAFKA_GC:--XX:+UseG1GC -XX:MaxGCPauseMillis=200 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent})
 BROKER_JVM_FLAGS=(-server "${BROKER_GC_FLAGS[@]}" -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true
   "-Dlog4j2.configurationFile=$KAFKA_SRC/log4j2-broker.properties")
