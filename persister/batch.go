@@ -9,13 +9,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/seqflow/seqflow/internal/deadletter"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/schemas"
-	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 // entry is one consumed record and what becomes of it: an item to store,
@@ -43,8 +42,8 @@ func decode(r *kgo.Record, t eventlog.Topics) *entry {
 
 // process writes one poll batch: every writer's share in its own database
 // transaction, in parallel; then the dead letters; then the offsets. It
-// returns an error only when ctx ended before the batch was durable, and
-// then commits nothing.
+// returns an error when ctx ended before the batch was durable, or a dead
+// letter could not be built, and then commits nothing.
 func (p *Persister) process(ctx context.Context, w *store.Writer, cl *kgo.Client, recs []*kgo.Record) error {
 	p.m.batchSize.Observe(float64(len(recs)))
 	// One span per batch, linked to the events' traces.
@@ -259,12 +258,16 @@ func (p *Persister) deadLetter(ctx context.Context, cl *kgo.Client, es []*entry)
 	if len(bad) == 0 {
 		return nil
 	}
-	err := retry(ctx, p.cfg.RetryMin, p.cfg.RetryMax, 0, func() error {
-		recs := make([]*kgo.Record, len(bad))
-		now := time.Now().UnixMilli()
-		for i, e := range bad {
-			recs[i] = deadLetterRecord(p.cfg.Topics.DeadLetter, e.rec, e.bad, now)
+	now := time.Now()
+	recs := make([]*kgo.Record, len(bad))
+	for i, e := range bad {
+		r, err := deadletter.Record(p.cfg.Topics.DeadLetter, service, e.rec, e.bad.Code, e.bad.Reason, now)
+		if err != nil {
+			return err
 		}
+		recs[i] = r
+	}
+	err := retry(ctx, p.cfg.RetryMin, p.cfg.RetryMax, 0, func() error {
 		err := cl.ProduceSync(ctx, recs...).FirstErr()
 		if err != nil {
 			p.log.Warn("produce dead letters failed; retrying", "records", len(recs), "err", err)
@@ -279,20 +282,4 @@ func (p *Persister) deadLetter(ctx context.Context, cl *kgo.Client, es []*entry)
 		p.m.records.WithLabelValues("dead_letter").Inc()
 	}
 	return nil
-}
-
-func deadLetterRecord(topic string, r *kgo.Record, why *poisonError, nowMs int64) *kgo.Record {
-	dl := &imv1.DeadLetter{
-		Code: why.Code, Reason: why.Reason, Service: service,
-		OriginalTopic: r.Topic, OriginalPartition: r.Partition, OriginalOffset: r.Offset,
-		OriginalKey: r.Key, OriginalValue: r.Value, OriginalTsMs: r.Timestamp.UnixMilli(), DeadLetteredTsMs: nowMs,
-	}
-	for _, h := range r.Headers {
-		dl.OriginalHeaders = append(dl.OriginalHeaders, &imv1.Header{Key: h.Key, Value: h.Value})
-	}
-	v, _ := proto.Marshal(dl)
-	return &kgo.Record{
-		Topic: topic, Partition: 0, Key: r.Key, Value: v, Timestamp: time.UnixMilli(nowMs),
-		Headers: eventlog.Headers("dead_letter", "seqflow.im.v1.DeadLetter", service, eventlog.Header(r, schemas.HeaderTraceparent)),
-	}
 }

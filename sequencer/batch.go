@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/seqflow/seqflow/internal/deadletter"
 	"github.com/seqflow/seqflow/internal/dedup"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/msgid"
@@ -199,13 +200,22 @@ func (pb *partBatch) assign(t eventlog.Topics, instance kgo.RecordHeader, gen *m
 		switch {
 		case it.bad != nil:
 			pb.bad++
-			pb.out = append(pb.out, deadLetter(t.DeadLetter, it.rec, it.bad, nowMs))
-		case it.dupOf != nil:
+			r, err := deadLetter(t.DeadLetter, it.rec, it.bad, nowMs)
+			if err != nil {
+				return err
+			}
+			pb.out = append(pb.out, r)
+		case it.dupOf != nil || it.first >= 0:
 			pb.dups++
-			pb.out = append(pb.out, duplicateAck(t.Duplicates, pb.p, it, *it.dupOf, nowMs))
-		case it.first >= 0:
-			pb.dups++
-			pb.out = append(pb.out, duplicateAck(t.Duplicates, pb.p, it, pb.items[it.first].entry, nowMs))
+			e := it.dupOf
+			if e == nil {
+				e = &pb.items[it.first].entry
+			}
+			r, err := duplicateAck(t.Duplicates, pb.p, it, *e, nowMs)
+			if err != nil {
+				return err
+			}
+			pb.out = append(pb.out, r)
 		default:
 			seq, ok := pb.st.book.Take(it.up.SessionId)
 			if !ok {
@@ -282,14 +292,17 @@ func headerValue(r *kgo.Record, key string) []byte {
 
 // duplicateAck answers a retried uplink; it carries the retry's
 // traceparent, so the sender's trace shows the duplicate answer.
-func duplicateAck(topic string, p int32, it *item, e dedup.Entry, nowMs int64) *kgo.Record {
+func duplicateAck(topic string, p int32, it *item, e dedup.Entry, nowMs int64) (*kgo.Record, error) {
 	u := it.up
-	v, _ := proto.Marshal(duplicateOf(u, e, nowMs))
+	v, err := proto.Marshal(duplicateOf(u, e, nowMs))
+	if err != nil {
+		return nil, fmt.Errorf("marshal duplicate ack: %w", err)
+	}
 	return &kgo.Record{
 		Topic: topic, Partition: p, Key: []byte(u.SessionId), Value: v,
 		Timestamp: time.UnixMilli(nowMs),
 		Headers:   eventlog.Headers("duplicate", "seqflow.im.v1.DuplicateAck", service, eventlog.Header(it.rec, schemas.HeaderTraceparent)),
-	}
+	}, nil
 }
 
 // duplicateOf is the DuplicateAck answering u, a retry of the message
@@ -302,20 +315,9 @@ func duplicateOf(u *imv1.Uplink, e dedup.Entry, nowMs int64) *imv1.DuplicateAck 
 	}
 }
 
-func deadLetter(topic string, r *kgo.Record, why *invalidError, nowMs int64) *kgo.Record {
-	dl := &imv1.DeadLetter{
-		Code: why.Code, Reason: why.Reason, Service: service,
-		OriginalTopic: r.Topic, OriginalPartition: r.Partition, OriginalOffset: r.Offset,
-		OriginalKey: r.Key, OriginalValue: r.Value, OriginalTsMs: r.Timestamp.UnixMilli(), DeadLetteredTsMs: nowMs,
-	}
-	for _, h := range r.Headers {
-		dl.OriginalHeaders = append(dl.OriginalHeaders, &imv1.Header{Key: h.Key, Value: h.Value})
-	}
-	v, _ := proto.Marshal(dl)
-	return &kgo.Record{
-		Topic: topic, Partition: 0, Key: r.Key, Value: v, Timestamp: time.UnixMilli(nowMs),
-		Headers: eventlog.Headers("dead_letter", "seqflow.im.v1.DeadLetter", service, eventlog.Header(r, schemas.HeaderTraceparent)),
-	}
+// deadLetter is the dead letter of an uplink that cannot be sequenced.
+func deadLetter(topic string, r *kgo.Record, why *invalidError, nowMs int64) (*kgo.Record, error) {
+	return deadletter.Record(topic, service, r, why.Code, why.Reason, time.UnixMilli(nowMs))
 }
 
 // batchProducerOpts makes the transactional producer send a transaction's

@@ -13,11 +13,13 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/seqflow/seqflow/internal/deadletter"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -41,6 +43,18 @@ type dlqLine struct {
 	Key               string            `json:"key"`
 	ValueBytes        int               `json:"value_bytes"`
 	Headers           map[string]string `json:"headers,omitempty"`
+	// KeyBytes is the key when it is not valid UTF-8, which Key (a JSON
+	// string, with U+FFFD for each invalid byte) cannot show as it is.
+	KeyBytes []byte `json:"key_bytes,omitempty"`
+	// BinaryHeaders are the headers whose key or value is not valid UTF-8,
+	// as they are; Headers shows them with U+FFFD.
+	BinaryHeaders []dlqHeader `json:"binary_headers,omitempty"`
+}
+
+// dlqHeader is one original header, byte for byte (base64 in JSON).
+type dlqHeader struct {
+	Key   []byte `json:"key"`
+	Value []byte `json:"value"`
 }
 
 func runDLQ(ctx context.Context, args []string) error { return dlqCmd(ctx, args, os.Stdout) }
@@ -187,6 +201,9 @@ func deadLetterLine(r *kgo.Record) dlqLine {
 	l.Code, l.Reason, l.Service = dl.Code.String(), dl.Reason, dl.Service
 	l.OriginalTopic, l.OriginalPartition, l.OriginalOffset = dl.OriginalTopic, dl.OriginalPartition, dl.OriginalOffset
 	l.Key, l.ValueBytes = string(dl.OriginalKey), len(dl.OriginalValue)
+	if !utf8.Valid(dl.OriginalKey) {
+		l.KeyBytes = dl.OriginalKey
+	}
 	if dl.DeadLetteredTsMs > 0 {
 		l.DeadLetteredAt = time.UnixMilli(dl.DeadLetteredTsMs).UTC()
 	}
@@ -194,7 +211,10 @@ func deadLetterLine(r *kgo.Record) dlqLine {
 		if l.Headers == nil {
 			l.Headers = map[string]string{}
 		}
-		l.Headers[h.Key] = string(h.Value)
+		l.Headers[string(h.Key)] = string(h.Value)
+		if !utf8.Valid(h.Key) || !utf8.Valid(h.Value) {
+			l.BinaryHeaders = append(l.BinaryHeaders, dlqHeader{Key: h.Key, Value: h.Value})
+		}
 	}
 	return l
 }
@@ -272,10 +292,7 @@ func dlqRedrive(ctx context.Context, args []string, out io.Writer) error {
 	if err := redrivable(dl, o.prefix, from); err != nil {
 		return err
 	}
-	rec := &kgo.Record{Topic: dl.OriginalTopic, Key: dl.OriginalKey, Value: dl.OriginalValue}
-	for _, h := range dl.OriginalHeaders {
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
+	rec := deadletter.Original(dl)
 	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderRedrivenFrom, Value: []byte(from)})
 	if *dry {
 		_, err := fmt.Fprintf(out, "dry run: would produce to %s key=%q value_bytes=%d headers=%d (%s %s: %s)\n",

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/seqflow/seqflow/internal/deadletter"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/testkit/stack"
 	"github.com/seqflow/seqflow/schemas"
@@ -324,18 +325,11 @@ func TestTopicsDescribesAndFindsProblems(t *testing.T) {
 // persister do.
 func deadLetterOf(t *testing.T, dlqTopic string, code imv1.ErrorCode, service string, orig *kgo.Record) *kgo.Record {
 	t.Helper()
-	dl := &imv1.DeadLetter{Code: code, Reason: "test: " + code.String(), Service: service,
-		OriginalTopic: orig.Topic, OriginalPartition: orig.Partition, OriginalOffset: orig.Offset,
-		OriginalKey: orig.Key, OriginalValue: orig.Value, OriginalTsMs: 1, DeadLetteredTsMs: time.Now().UnixMilli()}
-	for _, h := range orig.Headers {
-		dl.OriginalHeaders = append(dl.OriginalHeaders, &imv1.Header{Key: h.Key, Value: h.Value})
-	}
-	v, err := proto.Marshal(dl)
+	r, err := deadletter.Record(dlqTopic, service, orig, code, "test: "+code.String(), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &kgo.Record{Topic: dlqTopic, Partition: 0, Key: orig.Key, Value: v,
-		Headers: eventlog.Headers("dead_letter", "seqflow.im.v1.DeadLetter", service, "")}
+	return r
 }
 
 // readAt returns the committed record at topic/p/offset.
@@ -370,8 +364,11 @@ func TestDLQListAndRedrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	trace := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	// A header that is not UTF-8 either way: the redrive gives it back byte
+	// for byte.
+	binary := kgo.RecordHeader{Key: "bin\xff\x00", Value: []byte{0xfe, 0, 0xc3, 0x28}}
 	origUplink := &kgo.Record{Topic: e.topics.Uplink, Partition: 1, Offset: 41, Key: []byte(session), Value: up,
-		Headers: eventlog.Headers("message", "seqflow.im.v1.Uplink", "producer-gw", trace)}
+		Headers: append(eventlog.Headers("message", "seqflow.im.v1.Uplink", "producer-gw", trace), binary)}
 	origEvent := &kgo.Record{Topic: e.topics.Sequenced, Partition: 1, Offset: 7, Key: []byte(session), Value: []byte("event")}
 	origReceipt := &kgo.Record{Topic: e.topics.Receipts, Partition: 3, Offset: 2, Key: []byte(session), Value: []byte("receipt")}
 	origForeign := &kgo.Record{Topic: "elsewhere.im.uplink.v1", Key: []byte(session), Value: up}
@@ -425,7 +422,10 @@ func TestDLQListAndRedrive(t *testing.T) {
 		if got.Headers[schemas.HeaderTraceparent] != trace || got.DeadLetteredAt.IsZero() {
 			t.Errorf("headers %v, time %v: want the original trace and a time", got.Headers, got.DeadLetteredAt)
 		}
-		got.Headers, got.DeadLetteredAt = nil, time.Time{}
+		if wantBin := []dlqHeader{{Key: []byte(binary.Key), Value: binary.Value}}; fmt.Sprint(got.BinaryHeaders) != fmt.Sprint(wantBin) {
+			t.Errorf("binary headers %v, want %v", got.BinaryHeaders, wantBin)
+		}
+		got.Headers, got.BinaryHeaders, got.DeadLetteredAt = nil, nil, time.Time{}
 		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 			t.Errorf("line\n %+v, want\n %+v", got, want)
 		}

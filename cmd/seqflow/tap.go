@@ -109,7 +109,11 @@ func tap(ctx context.Context, out io.Writer, args []string) error {
 				fmt.Fprintf(os.Stderr, "skip %s/%d@%d: undecodable: %v\n", r.Topic, r.Partition, r.Offset, err)
 				continue
 			}
-			js, _ := protojson.MarshalOptions{UseProtoNames: true}.Marshal(v)
+			js, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(v)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "skip %s/%d@%d: %v\n", r.Topic, r.Partition, r.Offset, err)
+				continue
+			}
 			if err := enc.Encode(tapLine{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Type: et, Event: js}); err != nil {
 				return err
 			}

@@ -23,7 +23,10 @@ const (
 
 // DeadLetter wraps a record a consumer could not process, with why and where
 // it came from, so an operator can inspect and re-drive it. Topic
-// im.deadletter.v1, key = the original key.
+// im.deadletter.v1, key = the original key. It carries the original key,
+// value and headers byte for byte, in bytes fields: a record is
+// dead-lettered because it is malformed, so none of its bytes can be
+// assumed to be UTF-8, which a proto3 string must be.
 type DeadLetter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Code  ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=seqflow.im.v1.ErrorCode" json:"code,omitempty"`
@@ -150,11 +153,15 @@ func (x *DeadLetter) GetDeadLetteredTsMs() int64 {
 	return 0
 }
 
-// Header is one Kafka record header.
+// Header is one Kafka record header, byte for byte.
 type Header struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key was a string until dead letters had to carry any header: the wire
+	// form is the same (length-delimited), so every dead letter written
+	// before parses as bytes, and every one whose key is UTF-8 still parses
+	// with the old definition.
+	Key           []byte `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,11 +196,11 @@ func (*Header) Descriptor() ([]byte, []int) {
 	return file_seqflow_im_v1_deadletter_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *Header) GetKey() string {
+func (x *Header) GetKey() []byte {
 	if x != nil {
 		return x.Key
 	}
-	return ""
+	return nil
 }
 
 func (x *Header) GetValue() []byte {
@@ -223,7 +230,7 @@ const file_seqflow_im_v1_deadletter_proto_rawDesc = "" +
 	" \x01(\x03R\foriginalTsMs\x12-\n" +
 	"\x13dead_lettered_ts_ms\x18\v \x01(\x03R\x10deadLetteredTsMs\"0\n" +
 	"\x06Header\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05valueB.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
 
 var (
