@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
@@ -197,6 +198,15 @@ func (c *conn) readLoop() {
 		}
 		f, aerr := wire.Decode(data, c.g.cfg.Limits)
 		c.g.m.frames.WithLabelValues(opLabel(f), "ws").Inc()
+		if aerr != nil && aerr.Code == imv1.ErrorCode_ERROR_CODE_INVALID_UTF8 && !utf8.Valid(data) {
+			// A text frame that is not UTF-8 is not a WebSocket text
+			// message at all: RFC 6455 (8.1) fails the connection with
+			// 1007. Browsers cannot send one; a client that does has a
+			// broken encoder, and anything it sends next is suspect too.
+			c.g.m.errors.WithLabelValues(apierr.Name(aerr.Code)).Inc()
+			c.closeWith(websocket.StatusInvalidFramePayloadData, "invalid_utf8", "error")
+			return
+		}
 		if aerr != nil {
 			var req, cmid string
 			if f != nil {

@@ -72,7 +72,14 @@ func TestHostileInput(t *testing.T) {
 
 	t.Run("frames", func(t *testing.T) {
 		p.t = t
-		m := p.connect(gw, mallory, "phone")
+		// A user of its own: the sends and syncs below would eat into
+		// mallory's rate limit, which the later cases need.
+		trickster := user("trickster")
+		m := p.connect(gw, trickster, "phone")
+		// Two sessions of the sender's own: a frame naming both must reach
+		// neither (encoding/json used to send it to the last one named).
+		own1, _ := createGroup(m, user("pal"))
+		own2, own2Seq := createGroup(m, user("pal"))
 		big := strings.Repeat("x", 9000)
 		cases := []struct {
 			name, frame, want string
@@ -85,12 +92,18 @@ func TestHostileInput(t *testing.T) {
 			{"missing client_msg_id", `{"op":"send","session_id":"` + sid + `","type":"text","body":"x"}`, "missing_field"},
 			{"missing session_id", `{"op":"send","client_msg_id":"h3","type":"text","body":"x"}`, "missing_field"},
 			{"missing body", `{"op":"send","client_msg_id":"h4","session_id":"` + sid + `","type":"text"}`, "missing_field"},
-			{"invalid UTF-8 in the body", "{\"op\":\"send\",\"client_msg_id\":\"h5\",\"session_id\":\"" + sid + "\",\"type\":\"text\",\"body\":\"\xff\xfe\"}", "invalid_utf8"},
-			{"invalid UTF-8 in session_id", "{\"op\":\"send\",\"client_msg_id\":\"h6\",\"session_id\":\"s\xc3\x28\",\"type\":\"text\",\"body\":\"x\"}", "invalid_utf8"},
 			{"body over the body limit", `{"op":"send","client_msg_id":"h7","session_id":"` + sid + `","type":"text","body":"` + strings.Repeat("b", 1100) + `"}`, "too_large"},
 			{"frame over the frame limit", `{"op":"send","client_msg_id":"h8","session_id":"` + sid + `","type":"text","body":"` + big + `"}`, "frame_too_large"},
 			{"too many members", `{"op":"create_session","client_msg_id":"h9","kind":"group","member_user_ids":["a","b","c","d","e","f","g","h","i","j","k","l"]}`, "too_large"},
 			{"custom body that is not an object", `{"op":"send","client_msg_id":"h10","session_id":"` + sid + `","type":"custom","body":[1]}`, "invalid_field"},
+			{"op twice", `{"op":"ping","op":"sync","session_id":"` + own1 + `"}`, "ambiguous_json"},
+			{"session_id twice", `{"op":"send","client_msg_id":"h11","session_id":"` + own1 + `","session_id":"` + own2 + `","type":"text","body":"x"}`, "ambiguous_json"},
+			{"session_id twice, once escaped", `{"op":"send","client_msg_id":"h12","session_id":"` + own1 + `","\u0073ession_id":"` + own2 + `","type":"text","body":"x"}`, "ambiguous_json"},
+			{"op and Op", `{"op":"ping","Op":"sync","session_id":"` + own1 + `"}`, "ambiguous_json"},
+			{"session_id and Session_ID", `{"op":"send","client_msg_id":"h13","session_id":"` + own1 + `","Session_ID":"` + own2 + `","type":"text","body":"x"}`, "ambiguous_json"},
+			{"a key twice inside a custom body", `{"op":"send","client_msg_id":"h14","session_id":"` + own1 + `","type":"custom","body":{"url":"a","url":"b"}}`, "ambiguous_json"},
+			{"seq twice in a cursor", `{"op":"delivered","cursors":[{"session_id":"` + own1 + `","seq":1,"seq":99}]}`, "ambiguous_json"},
+			{"lone surrogate in the body", `{"op":"send","client_msg_id":"h15","session_id":"` + own1 + `","type":"text","body":"\ud800"}`, "ambiguous_json"},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
@@ -102,6 +115,47 @@ func TestHostileInput(t *testing.T) {
 				}
 			})
 		}
+		tok := p.token(trickster, "cli", time.Hour)
+		for _, c := range []struct {
+			name, method, path, body string
+			status                   int
+			want                     string
+		}{
+			{"invalid UTF-8 in the body", "POST", "/v1/send", "{\"client_msg_id\":\"h5\",\"session_id\":\"" + own1 + "\",\"type\":\"text\",\"body\":\"\xff\xfe\"}", 400, "invalid_utf8"},
+			{"invalid UTF-8 in session_id", "POST", "/v1/send", "{\"client_msg_id\":\"h6\",\"session_id\":\"s\xc3\x28\",\"type\":\"text\",\"body\":\"x\"}", 400, "invalid_utf8"},
+			{"op twice", "POST", "/v1/sync", `{"op":"sync","op":"send","session_id":"` + own1 + `"}`, 400, "ambiguous_json"},
+			{"session_id twice", "POST", "/v1/send", `{"client_msg_id":"h16","session_id":"` + own1 + `","session_id":"` + own2 + `","type":"text","body":"x"}`, 400, "ambiguous_json"},
+			{"session_id and SESSION_ID", "POST", "/v1/send", `{"client_msg_id":"h17","session_id":"` + own1 + `","SESSION_ID":"` + own2 + `","type":"text","body":"x"}`, 400, "ambiguous_json"},
+			{"lone surrogate", "POST", "/v1/send", `{"client_msg_id":"h18","session_id":"` + own1 + `","type":"text","body":"\udfff"}`, 400, "ambiguous_json"},
+		} {
+			t.Run("http "+c.name, func(t *testing.T) {
+				code, f := httpCall(t, gw, tok, c.method, c.path, c.body)
+				if code != c.status || f.Error.Name != c.want || f.Error.Retryable {
+					t.Fatalf("%s %s %.60q: %d %+v, want %d %s", c.method, c.path, c.body, code, f.Error, c.status, c.want)
+				}
+			})
+		}
+		t.Run("nothing of the refused frames reached a session", func(t *testing.T) {
+			m.t = t
+			id := newID()
+			m.send(sendFrame(own2, id, "after the refused ones"))
+			last := m.mustAckOK(id).Seq
+			p.waitStored(own2, last)
+			for _, s := range []string{own1, own2} {
+				code, f := httpCall(t, gw, tok, "GET", "/v1/sessions/"+s+"/messages?after_seq=0&limit=200", "")
+				if code != http.StatusOK {
+					t.Fatalf("sync %s: %d %+v", s, code, f.Error)
+				}
+				for _, msg := range f.Messages {
+					if msg.Kind == wire.KindMessage && msg.ClientMsgID != id {
+						t.Fatalf("session %s holds %+v from a refused frame", s, msg)
+					}
+				}
+			}
+			if last != own2Seq+1 {
+				t.Fatalf("the send after the refused frames got seq %d in %s, want %d: something else was sequenced there", last, own2, own2Seq+1)
+			}
+		})
 		t.Run("binary frame", func(t *testing.T) {
 			m.t = t
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -133,6 +187,31 @@ func TestHostileInput(t *testing.T) {
 		}
 		if st := websocket.CloseStatus(m.closeErr()); st != websocket.StatusMessageTooBig {
 			t.Fatalf("close %v, want 1009 message too big", m.closeErr())
+		}
+		healthy(t)
+	})
+
+	// RFC 6455 (8.1): a text frame that is not UTF-8 fails the connection
+	// with 1007. The frame is a real text frame (opcode 1): the WebSocket
+	// library does not check what it is given to send.
+	t.Run("a text frame that is not UTF-8 closes the connection with 1007", func(t *testing.T) {
+		p.t = t
+		m := p.connect(gw, mallory, "watch")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m.send(map[string]any{"op": "ping", "req_id": "before"})
+		if err := m.ws.Write(ctx, websocket.MessageText, []byte("{\"op\":\"ping\",\"req_id\":\"\xc3\x28\"}")); err != nil {
+			t.Fatal(err)
+		}
+		m.expect("pong of the frame before", func(f frame) bool { return f.Op == wire.OpPong && f.ReqID == "before" })
+		select {
+		case <-m.done:
+		case <-ctx.Done():
+			t.Fatal("connection still open after a text frame that is not UTF-8")
+		}
+		var ce websocket.CloseError
+		if !errors.As(m.closeErr(), &ce) || ce.Code != websocket.StatusInvalidFramePayloadData || ce.Reason != "invalid_utf8" {
+			t.Fatalf("close %v, want 1007 invalid_utf8", m.closeErr())
 		}
 		healthy(t)
 	})

@@ -33,6 +33,7 @@ var registry = map[imv1.ErrorCode]Entry{
 	imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE:    {"unknown frame or message type", false, http.StatusBadRequest},
 	imv1.ErrorCode_ERROR_CODE_TOO_LARGE:       {"a field is over its size limit", false, http.StatusRequestEntityTooLarge},
 	imv1.ErrorCode_ERROR_CODE_INVALID_FIELD:   {"a field has an invalid value", false, http.StatusBadRequest},
+	imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON:  {"the frame is JSON that parsers read differently (a repeated key, a key that differs from a field only in case, a lone surrogate)", false, http.StatusBadRequest},
 	imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED: {"missing or invalid bearer token", false, http.StatusUnauthorized},
 	imv1.ErrorCode_ERROR_CODE_TOKEN_EXPIRED:   {"the bearer token has expired; get a new one", false, http.StatusUnauthorized},
 	imv1.ErrorCode_ERROR_CODE_FORBIDDEN:       {"not allowed", false, http.StatusForbidden},

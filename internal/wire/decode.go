@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -44,8 +46,9 @@ const (
 )
 
 // Decode parses and validates one client frame. Errors are registry
-// errors: FRAME_TOO_LARGE, INVALID_UTF8, BAD_FRAME, then whatever Validate
-// finds (with the parsed frame, so a reply can carry its IDs).
+// errors: FRAME_TOO_LARGE, INVALID_UTF8, AMBIGUOUS_JSON, BAD_FRAME (see
+// strict.go), then whatever Validate finds (with the parsed frame, so a
+// reply can carry its IDs).
 func Decode(data []byte, l Limits) (*ClientFrame, *apierr.Error) {
 	f, err := parse(data, l, "frame")
 	if err != nil {
@@ -75,20 +78,9 @@ func parse(data []byte, l Limits, what string) (*ClientFrame, *apierr.Error) {
 	if len(data) > l.MaxFrameBytes {
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "%s is %d bytes, limit %d", what, len(data), l.MaxFrameBytes)
 	}
-	if !utf8.Valid(data) {
-		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_UTF8, "%s is not valid UTF-8", what)
-	}
 	var f ClientFrame
-	if decodeFast(data, &f) {
-		return &f, nil
-	}
-	f = ClientFrame{}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&f); err != nil {
-		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "%s is not a JSON object of the protocol: %v", what, err)
-	}
-	if dec.More() {
-		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "trailing data after the JSON %s", what)
+	if err := unmarshalFrame(data, &f, what); err != nil {
+		return nil, err
 	}
 	return &f, nil
 }
@@ -178,7 +170,7 @@ func (f *ClientFrame) content(l Limits) *apierr.Error {
 	if f.Type == "" {
 		return apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "type is missing")
 	}
-	if len(f.Body) == 0 {
+	if len(f.Body) == 0 || string(f.Body) == "null" { // null is absent, as for every other field
 		return apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "body is missing")
 	}
 	_, err := ContentBytes(f.Type, f.Body, l.MaxBodyBytes)
@@ -256,39 +248,46 @@ func idField(name, v string, max int) *apierr.Error {
 }
 
 // ContentBytes returns the stored form of a message body: the UTF-8 text
-// of a JSON string for "text", the compacted JSON object otherwise.
+// of a JSON string for "text", the compacted JSON object otherwise. It
+// refuses what parse refuses in a body (repeated names, invalid UTF-8).
 func ContentBytes(typ string, body json.RawMessage, maxBytes int) ([]byte, *apierr.Error) {
 	switch typ {
 	case TypeText:
-		var s string
-		if inner, ok := unescapedString(body); ok {
-			s = string(inner)
-		} else if err := json.Unmarshal(body, &s); err != nil {
-			return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a text body must be a JSON string")
+		s, ok := unescapedString(body)
+		if !ok {
+			var err error
+			if s, err = jsontext.AppendUnquote(nil, body); err != nil {
+				if !utf8.Valid(body) {
+					return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_UTF8, "body is not valid UTF-8")
+				}
+				return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a text body must be a JSON string")
+			}
 		}
-		if s == "" {
+		if len(s) == 0 {
 			return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "body is empty")
 		}
 		if len(s) > maxBytes {
 			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "body is %d bytes, limit %d", len(s), maxBytes)
 		}
-		if !utf8.ValidString(s) {
-			return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_UTF8, "body is not valid UTF-8")
-		}
-		return []byte(s), nil
+		return bytes.Clone(s), nil
 	case TypeImage, TypeFile, TypeCustom:
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
+		// Compact keeps strings and numbers as they are written, as
+		// encoding/json's Compact does; with these options it also
+		// validates, strictly.
+		v := jsontext.Value(bytes.Clone(body))
+		if err := v.Compact(jsontext.AllowDuplicateNames(false), jsontext.AllowInvalidUTF8(false)); err != nil {
+			if e := jsonError(body, "body", err); e.Code != imv1.ErrorCode_ERROR_CODE_BAD_FRAME {
+				return nil, e
+			}
 			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a %s body must be a JSON object", typ)
 		}
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, body); err != nil {
-			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "body: %v", err)
+		if v.Kind() != '{' {
+			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a %s body must be a JSON object", typ)
 		}
-		if buf.Len() > maxBytes {
-			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "body is %d bytes, limit %d", buf.Len(), maxBytes)
+		if len(v) > maxBytes {
+			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "body is %d bytes, limit %d", len(v), maxBytes)
 		}
-		return buf.Bytes(), nil
+		return v, nil
 	}
 	return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "message type %q: want text, image, file or custom", clip(typ))
 }
@@ -328,9 +327,12 @@ func firstErr(errs ...*apierr.Error) *apierr.Error {
 	return nil
 }
 
-func clip(s string) string {
-	if len(s) > 32 {
-		return fmt.Sprintf("%.32s...", s)
+func clip(s string) string { return clipN(s, 32) }
+
+// clipN cuts s to n runes, marking the cut.
+func clipN(s string, n int) string {
+	if len(s) > n {
+		return fmt.Sprintf("%.*s...", n, s)
 	}
 	return s
 }

@@ -1,9 +1,12 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -38,6 +41,7 @@ func TestDecode(t *testing.T) {
 		{"missing type", `{"op":"send","client_msg_id":"c1","session_id":"s1","body":"hi"}`, imv1.ErrorCode_ERROR_CODE_MISSING_FIELD},
 		{"missing body", `{"op":"send","client_msg_id":"c1","session_id":"s1","type":"text"}`, imv1.ErrorCode_ERROR_CODE_MISSING_FIELD},
 		{"empty text", `{"op":"send","client_msg_id":"c1","session_id":"s1","type":"text","body":""}`, imv1.ErrorCode_ERROR_CODE_MISSING_FIELD},
+		{"null body", `{"op":"send","client_msg_id":"c1","session_id":"s1","type":"text","body":null}`, imv1.ErrorCode_ERROR_CODE_MISSING_FIELD},
 		{"text body not string", `{"op":"send","client_msg_id":"c1","session_id":"s1","type":"text","body":{"a":1}}`, imv1.ErrorCode_ERROR_CODE_INVALID_FIELD},
 		{"image body not object", `{"op":"send","client_msg_id":"c1","session_id":"s1","type":"image","body":"x"}`, imv1.ErrorCode_ERROR_CODE_INVALID_FIELD},
 		{"body too large", `{"op":"send","client_msg_id":"c1","session_id":"s1","type":"text","body":"` + big + `"}`, imv1.ErrorCode_ERROR_CODE_TOO_LARGE},
@@ -64,6 +68,32 @@ func TestDecode(t *testing.T) {
 		{"delivered empty", `{"op":"delivered","cursors":[]}`, imv1.ErrorCode_ERROR_CODE_MISSING_FIELD},
 		{"changes", `{"op":"changes","req_id":"r1"}`, 0},
 		{"req_id too long", `{"op":"ping","req_id":"` + strings.Repeat("r", 65) + `"}`, imv1.ErrorCode_ERROR_CODE_TOO_LARGE},
+		{"sync limit negative", `{"op":"sync","session_id":"s1","limit":-1}`, imv1.ErrorCode_ERROR_CODE_INVALID_FIELD},
+		{"escaped strings", `{"op":"send","client_msg_id":"c\u0031","session_id":"s1","type":"text","body":"\ud83d\ude00 \"q\""}`, 0},
+		{"unknown field of another case than any protocol field", `{"op":"ping","opx":1,"Future":2}`, 0},
+
+		// Ambiguous JSON: parsers disagree on what these say.
+		{"duplicate op", `{"op":"ping","op":"sync","session_id":"s1"}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"duplicate session_id", `{"op":"send","client_msg_id":"c1","session_id":"s1","session_id":"s2","type":"text","body":"hi"}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"duplicate unknown field", `{"op":"ping","x":1,"x":2}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"duplicate inside a custom body", `{"op":"send","client_msg_id":"c1","session_id":"s1","type":"custom","body":{"a":{"b":1,"b":2}}}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"duplicate inside an unknown field", `{"op":"ping","x":[{"y":1,"y":2}]}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"duplicate in a cursor", `{"op":"delivered","cursors":[{"session_id":"s1","seq":4,"seq":9}]}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"duplicate spelled with an escape", `{"op":"ping","\u006fp":"sync"}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"op and Op", `{"op":"ping","Op":"sync","session_id":"s1"}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"Op alone", `{"Op":"ping"}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"SESSION_ID", `{"op":"send","client_msg_id":"c1","session_id":"s1","SESSION_ID":"s2","type":"text","body":"hi"}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"Kelvin sign for k", `{"op":"create_session","client_msg_id":"c4","kind":"group","\u212aind":"direct"}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"Seq in a cursor", `{"op":"delivered","cursors":[{"session_id":"s1","seq":4,"Seq":9}]}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"lone surrogate in op", `{"op":"ping\ud800"}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"lone surrogate in the body", `{"op":"send","client_msg_id":"c1","session_id":"s1","type":"text","body":"a\udc00b"}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"reversed surrogate pair", `{"op":"send","client_msg_id":"c1","session_id":"s1","type":"text","body":"\ude00\ud83d"}`, imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON},
+		{"invalid utf8 in a key", "{\"op\":\"ping\",\"\xc3\x28\":1}", imv1.ErrorCode_ERROR_CODE_INVALID_UTF8},
+		{"invalid utf8 in a custom body", "{\"op\":\"send\",\"client_msg_id\":\"c1\",\"session_id\":\"s1\",\"type\":\"custom\",\"body\":{\"a\":\"\xed\xa0\x80\"}}", imv1.ErrorCode_ERROR_CODE_INVALID_UTF8},
+		{"trailing comma", `{"op":"ping",}`, imv1.ErrorCode_ERROR_CODE_BAD_FRAME},
+		{"byte order mark", "\ufeff{\"op\":\"ping\"}", imv1.ErrorCode_ERROR_CODE_BAD_FRAME},
+		{"fraction for an integer", `{"op":"sync","session_id":"s1","limit":1.0}`, imv1.ErrorCode_ERROR_CODE_BAD_FRAME},
+		{"integer over int64", `{"op":"read","session_id":"s1","seq":9223372036854775808}`, imv1.ErrorCode_ERROR_CODE_BAD_FRAME},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -137,6 +167,9 @@ func FuzzDecode(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, s := range ambiguousFrames {
+		f.Add([]byte(s))
+	}
 	l := DefaultLimits
 	l.MaxFrameBytes = 4096
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -168,6 +201,115 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// ambiguousFrames are frames that JSON parsers read differently; the
+// fuzz targets start from them.
+var ambiguousFrames = []string{
+	`{"op":"ping","op":"sync","session_id":"s1"}`,
+	`{"op":"send","client_msg_id":"c1","session_id":"s1","session_id":"s2","type":"text","body":"hi"}`,
+	`{"op":"send","client_msg_id":"c1","session_id":"s1","type":"custom","body":{"a":1,"a":2}}`,
+	`{"op":"delivered","cursors":[{"session_id":"s1","seq":4,"seq":9}]}`,
+	`{"op":"delivered","cursors":[{"session_id":"s1","seq":4,"SEQ":9}]}`,
+	`{"op":"ping","\u006fp":"sync"}`,
+	`{"op":"ping","Op":"sync"}`,
+	`{"op":"ping","\u212aind":"x"}`,
+	`{"op":"send","client_msg_id":"c1","session_id":"s1","type":"text","body":"\ud800"}`,
+	`{"op":"send","client_msg_id":"c1","session_id":"s1","type":"text","body":"\ud83d\ude00"}`,
+	"{\"op\":\"send\",\"client_msg_id\":\"c1\",\"session_id\":\"s1\",\"type\":\"text\",\"body\":\"\xed\xa0\x80\"}",
+	`{"op":"ping","x":{"y":[{"z":1,"z":1}]}}`,
+}
+
+// FuzzDecodeIsUnambiguous: a frame Decode accepts has no name twice in
+// any object (counted by encoding/json's tokenizer, not the decoder under
+// test), is valid UTF-8, and encoding/json reads it (last name wins, names
+// matched case-insensitively, lone surrogates made U+FFFD) as the same
+// frame; a frame it refuses for ambiguity is one encoding/json reads.
+func FuzzDecodeIsUnambiguous(f *testing.F) {
+	for _, s := range ambiguousFrames {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"op":"send","client_msg_id":"c1","session_id":"s1","type":"custom","body":{"a":[1,{"b":"]}"}],"n":null}}`))
+	f.Add([]byte(`{"op":"create_session","client_msg_id":"c4","kind":"group","member_user_ids":["bob"],"title":"t\u00e9"}`))
+	f.Add([]byte(`{"op":"sync","session_id":"s1","after_seq":3,"limit":10,"future":{"op":1}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got ClientFrame
+		err := unmarshalFrame(data, &got, "frame")
+		if err != nil {
+			if err.Code == imv1.ErrorCode_ERROR_CODE_AMBIGUOUS_JSON && !json.Valid(data) {
+				t.Fatalf("%q refused as ambiguous, but encoding/json refuses it too: %v", data, err)
+			}
+			return
+		}
+		if !utf8.Valid(data) {
+			t.Fatalf("accepted invalid UTF-8 %q", data)
+		}
+		if name, dup := repeatedName(data); dup {
+			t.Fatalf("accepted %q, which repeats %q", data, name)
+		}
+		var v1 ClientFrame
+		if err := json.Unmarshal(data, &v1); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", data, err)
+		}
+		if !reflect.DeepEqual(got, v1) {
+			t.Fatalf("%q:\n gateway reads      %+v\n encoding/json reads %+v", data, got, v1)
+		}
+		if got.Type != "" && len(got.Body) > 0 {
+			stored, aerr := ContentBytes(got.Type, got.Body, 1<<20)
+			if aerr == nil && got.Type != TypeText {
+				var want bytes.Buffer
+				if err := json.Compact(&want, got.Body); err != nil || !bytes.Equal(stored, want.Bytes()) {
+					t.Fatalf("body %q stored as %q, encoding/json compacts it to %q (%v)", got.Body, stored, want.Bytes(), err)
+				}
+			}
+		}
+	})
+}
+
+// repeatedName walks data with encoding/json's tokenizer and reports a
+// name that appears twice in one object.
+func repeatedName(data []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	type level struct {
+		names  map[string]bool
+		object bool
+		key    bool // the next string of an object is a name
+	}
+	var stack []*level
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		var top *level
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.key {
+			if d, ok := tok.(json.Delim); !ok || d != '}' {
+				name := tok.(string)
+				if top.names[name] {
+					return name, true
+				}
+				top.names[name] = true
+				top.key = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &level{names: map[string]bool{}, object: true, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &level{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].key = true // a value ended
+		}
+	}
 }
 
 // FuzzPlainStrings: the fast paths for plain JSON strings agree with

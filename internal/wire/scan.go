@@ -12,7 +12,10 @@ import (
 // exactly, each once; strings without escapes, in valid UTF-8; integers as
 // plain digits that fit an int64; true and false; raw values that
 // json.Valid accepts (not null). Every method returns false on anything
-// else, and the caller decodes the input with encoding/json instead.
+// else, and the caller decodes the input with encoding/json instead. The
+// client SDK reads the gateway's frames with it; the gateway reads client
+// frames with the strict decoder of strict.go, which refuses ambiguous
+// JSON instead of falling back.
 type Scanner struct {
 	b []byte
 	i int

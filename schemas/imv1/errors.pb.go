@@ -28,13 +28,17 @@ const (
 type ErrorCode int32
 
 const (
-	ErrorCode_ERROR_CODE_UNSPECIFIED        ErrorCode = 0
-	ErrorCode_ERROR_CODE_BAD_FRAME          ErrorCode = 1001
-	ErrorCode_ERROR_CODE_MISSING_FIELD      ErrorCode = 1002
-	ErrorCode_ERROR_CODE_INVALID_UTF8       ErrorCode = 1003
-	ErrorCode_ERROR_CODE_UNKNOWN_TYPE       ErrorCode = 1004
-	ErrorCode_ERROR_CODE_TOO_LARGE          ErrorCode = 1005
-	ErrorCode_ERROR_CODE_INVALID_FIELD      ErrorCode = 1006
+	ErrorCode_ERROR_CODE_UNSPECIFIED   ErrorCode = 0
+	ErrorCode_ERROR_CODE_BAD_FRAME     ErrorCode = 1001
+	ErrorCode_ERROR_CODE_MISSING_FIELD ErrorCode = 1002
+	ErrorCode_ERROR_CODE_INVALID_UTF8  ErrorCode = 1003
+	ErrorCode_ERROR_CODE_UNKNOWN_TYPE  ErrorCode = 1004
+	ErrorCode_ERROR_CODE_TOO_LARGE     ErrorCode = 1005
+	ErrorCode_ERROR_CODE_INVALID_FIELD ErrorCode = 1006
+	// JSON that parsers read differently: the same key twice in one object
+	// (at any depth), a key that differs from a protocol field only in
+	// letter case, or an escaped lone surrogate ("\ud800") in a string.
+	ErrorCode_ERROR_CODE_AMBIGUOUS_JSON     ErrorCode = 1007
 	ErrorCode_ERROR_CODE_UNAUTHENTICATED    ErrorCode = 2001
 	ErrorCode_ERROR_CODE_TOKEN_EXPIRED      ErrorCode = 2002
 	ErrorCode_ERROR_CODE_FORBIDDEN          ErrorCode = 2003
@@ -69,6 +73,7 @@ var (
 		1004: "ERROR_CODE_UNKNOWN_TYPE",
 		1005: "ERROR_CODE_TOO_LARGE",
 		1006: "ERROR_CODE_INVALID_FIELD",
+		1007: "ERROR_CODE_AMBIGUOUS_JSON",
 		2001: "ERROR_CODE_UNAUTHENTICATED",
 		2002: "ERROR_CODE_TOKEN_EXPIRED",
 		2003: "ERROR_CODE_FORBIDDEN",
@@ -96,6 +101,7 @@ var (
 		"ERROR_CODE_UNKNOWN_TYPE":       1004,
 		"ERROR_CODE_TOO_LARGE":          1005,
 		"ERROR_CODE_INVALID_FIELD":      1006,
+		"ERROR_CODE_AMBIGUOUS_JSON":     1007,
 		"ERROR_CODE_UNAUTHENTICATED":    2001,
 		"ERROR_CODE_TOKEN_EXPIRED":      2002,
 		"ERROR_CODE_FORBIDDEN":          2003,
@@ -148,7 +154,7 @@ var File_seqflow_im_v1_errors_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1aseqflow/im/v1/errors.proto\x12\rseqflow.im.v1*\x86\x06\n" +
+	"\x1aseqflow/im/v1/errors.proto\x12\rseqflow.im.v1*\xa6\x06\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x14ERROR_CODE_BAD_FRAME\x10\xe9\a\x12\x1d\n" +
@@ -156,7 +162,8 @@ const file_seqflow_im_v1_errors_proto_rawDesc = "" +
 	"\x17ERROR_CODE_INVALID_UTF8\x10\xeb\a\x12\x1c\n" +
 	"\x17ERROR_CODE_UNKNOWN_TYPE\x10\xec\a\x12\x19\n" +
 	"\x14ERROR_CODE_TOO_LARGE\x10\xed\a\x12\x1d\n" +
-	"\x18ERROR_CODE_INVALID_FIELD\x10\xee\a\x12\x1f\n" +
+	"\x18ERROR_CODE_INVALID_FIELD\x10\xee\a\x12\x1e\n" +
+	"\x19ERROR_CODE_AMBIGUOUS_JSON\x10\xef\a\x12\x1f\n" +
 	"\x1aERROR_CODE_UNAUTHENTICATED\x10\xd1\x0f\x12\x1d\n" +
 	"\x18ERROR_CODE_TOKEN_EXPIRED\x10\xd2\x0f\x12\x19\n" +
 	"\x14ERROR_CODE_FORBIDDEN\x10\xd3\x0f\x12\x1c\n" +
