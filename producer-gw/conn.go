@@ -25,7 +25,9 @@ import (
 
 // hardFrameFactor: frames up to this many times MaxFrameBytes are read and
 // discarded with a frame_too_large error, the connection staying open;
-// larger ones close it (1009), so nobody streams an endless frame.
+// larger ones close it (1009 frame_too_large), so nobody streams an endless
+// frame. readLoop counts this itself: the WebSocket library's own read
+// limit would close with a reason of its own wording.
 const hardFrameFactor = 16
 
 // conn is one WebSocket connection of a user's device.
@@ -87,7 +89,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.m.connects.WithLabelValues("bad_handshake").Inc()
 		return // Accept answered the client
 	}
-	ws.SetReadLimit(int64(g.cfg.Limits.MaxFrameBytes) * hardFrameFactor)
+	ws.SetReadLimit(-1) // readLoop bounds frames (hardFrameFactor)
 	c := &conn{g: g, ws: ws, nc: hj.nc, id: "c-" + uuid.Must(uuid.NewV7()).String(), p: p,
 		out: make(chan []byte, g.cfg.ConnQueue), closing: make(chan struct{}),
 		inflight: make(chan struct{}, g.cfg.MaxInFlight), lastSeq: map[string]int64{}}
@@ -172,12 +174,10 @@ func (c *conn) closeWith(code websocket.StatusCode, reason, why string) {
 
 func (c *conn) readLoop() {
 	max := c.g.cfg.Limits.MaxFrameBytes
+	hard := int64(max) * hardFrameFactor
 	for {
 		typ, rd, err := c.ws.Reader(context.Background())
 		if err != nil {
-			if websocket.CloseStatus(err) == websocket.StatusMessageTooBig {
-				c.closeWith(websocket.StatusMessageTooBig, "frame_too_large", "error")
-			}
 			return
 		}
 		c.touch()
@@ -186,7 +186,12 @@ func (c *conn) readLoop() {
 			return
 		}
 		if len(data) > max {
-			if _, err := io.Copy(io.Discard, rd); err != nil {
+			n, err := io.Copy(io.Discard, io.LimitReader(rd, hard-int64(len(data))+1))
+			if err != nil {
+				return
+			}
+			if int64(len(data))+n > hard {
+				c.closeWith(websocket.StatusMessageTooBig, "frame_too_large", "error")
 				return
 			}
 			c.sendError("", "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "frame over %d bytes", max))

@@ -81,6 +81,7 @@ func TestHostileInput(t *testing.T) {
 		own1, _ := createGroup(m, user("pal"))
 		own2, own2Seq := createGroup(m, user("pal"))
 		big := strings.Repeat("x", 9000)
+		const limitText = "limit must be 1-200 (absent or 0: the default, 50)"
 		cases := []struct {
 			name, frame, want string
 		}{
@@ -104,6 +105,7 @@ func TestHostileInput(t *testing.T) {
 			{"a key twice inside a custom body", `{"op":"send","client_msg_id":"h14","session_id":"` + own1 + `","type":"custom","body":{"url":"a","url":"b"}}`, "ambiguous_json"},
 			{"seq twice in a cursor", `{"op":"delivered","cursors":[{"session_id":"` + own1 + `","seq":1,"seq":99}]}`, "ambiguous_json"},
 			{"lone surrogate in the body", `{"op":"send","client_msg_id":"h15","session_id":"` + own1 + `","type":"text","body":"\ud800"}`, "ambiguous_json"},
+			{"sync limit over 200", `{"op":"sync","session_id":"` + own1 + `","limit":201}`, "invalid_field"},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
@@ -112,6 +114,9 @@ func TestHostileInput(t *testing.T) {
 				e := m.expect("error "+c.want, func(f frame) bool { return f.Op == wire.OpError })
 				if e.Error.Name != c.want || e.Error.Retryable {
 					t.Fatalf("frame %.60q: error %+v, want %s, not retryable", c.frame, e.Error, c.want)
+				}
+				if c.want == "invalid_field" && strings.Contains(c.frame, `"limit"`) && e.Error.Message != limitText {
+					t.Fatalf("limit error %q, want %q (docs/protocol.md)", e.Error.Message, limitText)
 				}
 			})
 		}
@@ -127,11 +132,16 @@ func TestHostileInput(t *testing.T) {
 			{"session_id twice", "POST", "/v1/send", `{"client_msg_id":"h16","session_id":"` + own1 + `","session_id":"` + own2 + `","type":"text","body":"x"}`, 400, "ambiguous_json"},
 			{"session_id and SESSION_ID", "POST", "/v1/send", `{"client_msg_id":"h17","session_id":"` + own1 + `","SESSION_ID":"` + own2 + `","type":"text","body":"x"}`, 400, "ambiguous_json"},
 			{"lone surrogate", "POST", "/v1/send", `{"client_msg_id":"h18","session_id":"` + own1 + `","type":"text","body":"\udfff"}`, 400, "ambiguous_json"},
+			{"sync limit over 200", "GET", "/v1/sessions/" + own1 + "/messages?limit=201", "", 400, "invalid_field"},
+			{"sync limit over 200 in a body", "POST", "/v1/sync", `{"session_id":"` + own1 + `","limit":500}`, 400, "invalid_field"},
 		} {
 			t.Run("http "+c.name, func(t *testing.T) {
 				code, f := httpCall(t, gw, tok, c.method, c.path, c.body)
 				if code != c.status || f.Error.Name != c.want || f.Error.Retryable {
 					t.Fatalf("%s %s %.60q: %d %+v, want %d %s", c.method, c.path, c.body, code, f.Error, c.status, c.want)
+				}
+				if c.want == "invalid_field" && f.Error.Message != limitText {
+					t.Fatalf("limit error %q, want %q (docs/protocol.md)", f.Error.Message, limitText)
 				}
 			})
 		}
@@ -185,8 +195,9 @@ func TestHostileInput(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("connection still open after an endless frame")
 		}
-		if st := websocket.CloseStatus(m.closeErr()); st != websocket.StatusMessageTooBig {
-			t.Fatalf("close %v, want 1009 message too big", m.closeErr())
+		var ce websocket.CloseError
+		if !errors.As(m.closeErr(), &ce) || ce.Code != websocket.StatusMessageTooBig || ce.Reason != "frame_too_large" {
+			t.Fatalf("close %v, want 1009 frame_too_large (docs/protocol.md)", m.closeErr())
 		}
 		healthy(t)
 	})

@@ -168,11 +168,8 @@ func (g *Gateway) serveSyncGet(w http.ResponseWriter, r *http.Request) {
 		}
 		if a.dst != nil {
 			*a.dst = n
-		} else if n > int64(g.cfg.Limits.MaxSyncLimit) || n < 0 {
-			g.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "limit must be in [0, %d]", g.cfg.Limits.MaxSyncLimit))
-			return
 		} else {
-			f.Limit = int(n)
+			f.Limit = int(n) // Validate checks the range, as for a sync frame
 		}
 	}
 	if aerr := f.Validate(g.cfg.Limits); aerr != nil {

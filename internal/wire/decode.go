@@ -110,7 +110,7 @@ func (f *ClientFrame) Validate(l Limits) *apierr.Error {
 			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "after_seq must be >= 0")
 		}
 		if f.Limit < 0 || f.Limit > l.MaxSyncLimit {
-			return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "limit must be in [0, %d]", l.MaxSyncLimit)
+			return SyncLimitError(l)
 		}
 		if f.Limit == 0 {
 			f.Limit = l.DefaultSyncLimit
@@ -245,6 +245,12 @@ func idField(name, v string, max int) *apierr.Error {
 		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s: %v", name, err)
 	}
 	return nil
+}
+
+// SyncLimitError is the error for a sync limit out of range, the same on
+// WebSocket and HTTP.
+func SyncLimitError(l Limits) *apierr.Error {
+	return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "limit must be 1-%d (absent or 0: the default, %d)", l.MaxSyncLimit, l.DefaultSyncLimit)
 }
 
 // ContentBytes returns the stored form of a message body: the UTF-8 text

@@ -114,6 +114,30 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// TestSyncLimit: 1-200 is a page size, 0 or absent the default; the
+// error says so in the words of docs/protocol.md.
+func TestSyncLimit(t *testing.T) {
+	l := DefaultLimits
+	for _, c := range []struct {
+		in   string
+		want int // -1: refused
+	}{{``, 50}, {`,"limit":0`, 50}, {`,"limit":1`, 1}, {`,"limit":200`, 200}, {`,"limit":201`, -1}, {`,"limit":-1`, -1}} {
+		t.Run(c.in, func(t *testing.T) {
+			f, err := Decode([]byte(`{"op":"sync","session_id":"s1"`+c.in+`}`), l)
+			if c.want < 0 {
+				const msg = "limit must be 1-200 (absent or 0: the default, 50)"
+				if err == nil || err.Code != imv1.ErrorCode_ERROR_CODE_INVALID_FIELD || err.Message() != msg {
+					t.Fatalf("Decode error = %v, want invalid_field %q", err, msg)
+				}
+				return
+			}
+			if err != nil || f.Limit != c.want {
+				t.Fatalf("Decode = %+v, %v; want limit %d", f, err, c.want)
+			}
+		})
+	}
+}
+
 func TestContentRoundTrip(t *testing.T) {
 	for _, c := range []struct {
 		typ, body, want string
