@@ -22,7 +22,7 @@ import (
 type entry struct {
 	rec  *kgo.Record
 	item store.Item
-	bad  *poisonError
+	bad  *deadletter.Error
 }
 
 func (e *entry) storable() bool { return e.bad == nil }
@@ -261,7 +261,7 @@ func (p *Persister) deadLetter(ctx context.Context, cl *kgo.Client, es []*entry)
 	now := time.Now()
 	recs := make([]*kgo.Record, len(bad))
 	for i, e := range bad {
-		r, err := deadletter.Record(p.cfg.Topics.DeadLetter, service, e.rec, e.bad.Code, e.bad.Reason, now)
+		r, err := deadletter.Record(p.cfg.Topics.DeadLetter, service, e.rec, e.bad, now)
 		if err != nil {
 			return err
 		}

@@ -309,22 +309,15 @@ func (p *Persister) poll(ctx context.Context, cl poller) (recs []*kgo.Record, er
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()
 		}
-		var fatal error
-		fs.EachError(func(topic string, part int32, err error) {
-			switch {
-			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-			case errors.Is(err, kgo.ErrClientClosed):
-				fatal = err
-			case eventlog.IsFenced(err):
-				fatal = fmt.Errorf("another persister joined group %s with PERSISTER_INSTANCE_ID=%s (each persister needs an ID of its own): %w", p.cfg.Group, p.cfg.InstanceID, err)
-			default:
-				errored = true
-				p.m.fetchErrors.Inc()
-				p.log.Warn("fetch error", "topic", topic, "partition", part, "err", err)
+		if err := eventlog.FatalFetch(fs, func(topic string, part int32, err error) {
+			errored = true
+			p.m.fetchErrors.Inc()
+			p.log.Warn("fetch error", "topic", topic, "partition", part, "err", err)
+		}); err != nil {
+			if eventlog.IsFenced(err) {
+				err = &eventlog.FencedError{Service: service, Group: p.cfg.Group, InstanceID: p.cfg.InstanceID, Err: err}
 			}
-		})
-		if fatal != nil {
-			return nil, false, fatal
+			return nil, false, err
 		}
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
 			if n := len(fp.Records); n > 0 {

@@ -28,7 +28,7 @@ const service = "sequencer"
 type item struct {
 	rec   *kgo.Record
 	up    *imv1.Uplink
-	bad   *invalidError
+	bad   *deadletter.Error
 	dupOf *dedup.Entry // the committed entry a retry repeats
 	first int          // index of the batch's first copy of this client message, or -1
 	entry dedup.Entry  // what a new message got
@@ -92,7 +92,7 @@ func (s *Sequencer) prepare(ctx context.Context, fetches kgo.Fetches) (*batch, e
 			if _, dup := owner[r.SessionID]; dup {
 				// One session in two partitions: only while partitions are
 				// being added. Serve it next batch rather than mix books.
-				return nil, fmt.Errorf("session %s appears in two uplink partitions; was the partition count changed without draining?", r.SessionID)
+				return nil, &SplitSessionError{SessionID: r.SessionID, Partitions: [2]int32{owner[r.SessionID].p, pb.p}}
 			}
 			owner[r.SessionID] = pb
 			reqs = append(reqs, r)
@@ -200,7 +200,7 @@ func (pb *partBatch) assign(t eventlog.Topics, instance kgo.RecordHeader, gen *m
 		switch {
 		case it.bad != nil:
 			pb.bad++
-			r, err := deadLetter(t.DeadLetter, it.rec, it.bad, nowMs)
+			r, err := deadletter.Record(t.DeadLetter, service, it.rec, it.bad, ts)
 			if err != nil {
 				return err
 			}
@@ -313,11 +313,6 @@ func duplicateOf(u *imv1.Uplink, e dedup.Entry, nowMs int64) *imv1.DuplicateAck 
 		SenderUserId: u.SenderUserId, SenderDeviceId: u.SenderDeviceId, GatewayId: u.GatewayId,
 		OriginalServerTsMs: e.ServerTsMs, ServerTsMs: nowMs,
 	}
-}
-
-// deadLetter is the dead letter of an uplink that cannot be sequenced.
-func deadLetter(topic string, r *kgo.Record, why *invalidError, nowMs int64) (*kgo.Record, error) {
-	return deadletter.Record(topic, service, r, why.Code, why.Reason, time.UnixMilli(nowMs))
 }
 
 // batchProducerOpts makes the transactional producer send a transaction's

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -50,10 +49,6 @@ func (w *groupWatch) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ t
 func (w *groupWatch) silentFor(now time.Time) time.Duration {
 	return now.Sub(time.Unix(0, w.lastOK.Load()))
 }
-
-// errCoordinatorSilent ends a transaction whose group coordinator has not
-// answered for endSilence; the session is rebuilt.
-var errCoordinatorSilent = errors.New("group coordinator silent for half a session timeout; outcome unknown")
 
 // endWatchEvery is how often a running End checks the group watch.
 const endWatchEvery = 100 * time.Millisecond

@@ -115,9 +115,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		for {
 			if err := s.runLeased(gctx); gctx.Err() != nil {
 				return gctx.Err()
-			} else if eventlog.IsFenced(err) {
-				// Another live sequencer has this instance ID: starting
-				// over would fence it in turn, and so on.
+			} else if isFatal(err) {
 				return err
 			} else {
 				s.log.Error("sequencing stopped; starting over", "err", err)
@@ -162,7 +160,7 @@ func (s *Sequencer) runLeased(ctx context.Context) error {
 			if gctx.Err() != nil {
 				return gctx.Err()
 			}
-			if eventlog.IsFenced(err) {
+			if isFatal(err) {
 				return err
 			}
 			s.m.sessionsReset.Inc()
@@ -374,18 +372,13 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 			s.log.Info("stopped with its last batch ended")
 			return ctx.Err()
 		}
-		var fatal error
-		fetches.EachError(func(t string, p int32, err error) {
+		if err := eventlog.FatalFetch(fetches, func(t string, p int32, err error) {
 			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
-			if errors.Is(err, kgo.ErrClientClosed) {
-				fatal = err
-			}
+		}); err != nil {
 			if eventlog.IsFenced(err) {
-				fatal = fmt.Errorf("another sequencer joined group %s with SEQUENCER_INSTANCE_ID=%s (each sequencer needs an ID of its own): %w", s.cfg.Group, s.cfg.InstanceID, err)
+				err = &eventlog.FencedError{Service: service, Group: s.cfg.Group, InstanceID: s.cfg.InstanceID, Err: err}
 			}
-		})
-		if fatal != nil {
-			return fatal
+			return err
 		}
 		if fetches.NumRecords() == 0 {
 			sess.AllowRebalance()
@@ -499,7 +492,7 @@ func mergeFetches(a, b kgo.Fetches) kgo.Fetches {
 	parts := map[tp]*kgo.FetchPartition{}
 	add := func(fs kgo.Fetches, late bool) {
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if late && len(fp.Records) == 0 && (errors.Is(fp.Err, context.DeadlineExceeded) || errors.Is(fp.Err, context.Canceled)) {
+			if late && len(fp.Records) == 0 && eventlog.IsPollDone(fp.Err) {
 				return
 			}
 			k := tp{fp.Topic, fp.Partition}
@@ -642,7 +635,7 @@ func (s *Sequencer) state(ctx context.Context, p int32) (*partState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.epoch[p] != epoch {
-		return nil, fmt.Errorf("partition %d was revoked while its dedup window was rebuilt", p)
+		return nil, &RevokedError{Partition: p}
 	}
 	s.parts[p] = st
 	return st, nil

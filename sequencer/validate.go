@@ -1,11 +1,11 @@
 package main
 
 import (
-	"fmt"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/seqflow/seqflow/internal/deadletter"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -18,20 +18,9 @@ const (
 	maxTitleBytes = 512
 )
 
-// invalidError is why an uplink cannot be sequenced; it goes to the dead
-// letter record.
-type invalidError struct {
-	Code   imv1.ErrorCode
-	Reason string
-}
-
-func (e *invalidError) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Reason) }
-
-func invalid(code imv1.ErrorCode, format string, args ...any) *invalidError {
-	return &invalidError{Code: code, Reason: fmt.Sprintf(format, args...)}
-}
-
-// decodeUplink parses and validates one uplink record value.
+// decodeUplink parses and validates one uplink record value. The record
+// of an uplink it refuses goes to the dead-letter topic, with the code and
+// reason of the *deadletter.Error it returns.
 //
 // It decodes with the generated UnmarshalVT (a third of proto.Unmarshal's
 // CPU, the largest part of a batch's preparation), and keeps that result
@@ -45,59 +34,59 @@ func invalid(code imv1.ErrorCode, format string, args ...any) *invalidError {
 // would (TestDecodeUplinkRefusesInvalidUTF8InEveryString keeps it complete
 // as the schema grows); FuzzDecodeUplink holds the result to
 // proto.Unmarshal's.
-func decodeUplink(key, value []byte, maxBytes int) (*imv1.Uplink, *invalidError) {
+func decodeUplink(key, value []byte, maxBytes int) (*imv1.Uplink, *deadletter.Error) {
 	if len(value) > maxBytes {
-		return nil, invalid(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "uplink is %d bytes, limit %d", len(value), maxBytes)
+		return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "uplink is %d bytes, limit %d", len(value), maxBytes)
 	}
 	var u imv1.Uplink
 	if err := u.UnmarshalVT(value); err != nil || u.SizeVT() != len(value) || hasUnknown(&u) {
 		u = imv1.Uplink{}
 		if err := proto.Unmarshal(value, &u); err != nil {
-			return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNDECODABLE, "not a seqflow.im.v1.Uplink: %v", err)
+			return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_UNDECODABLE, "not a seqflow.im.v1.Uplink: %v", err)
 		}
 	}
 	if field := invalidUTF8(&u); field != "" {
-		return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNDECODABLE, "not a seqflow.im.v1.Uplink: string field %s is not valid UTF-8", field)
+		return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_UNDECODABLE, "not a seqflow.im.v1.Uplink: string field %s is not valid UTF-8", field)
 	}
 	for _, f := range []struct{ name, v string }{
 		{"session_id", u.SessionId}, {"client_msg_id", u.ClientMsgId}, {"sender_user_id", u.SenderUserId},
 	} {
 		if f.v == "" {
-			return nil, invalid(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "%s is empty", f.name)
+			return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "%s is empty", f.name)
 		}
 		if len(f.v) > maxIDLen || !utf8.ValidString(f.v) {
-			return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s must be valid UTF-8 of at most %d bytes", f.name, maxIDLen)
+			return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s must be valid UTF-8 of at most %d bytes", f.name, maxIDLen)
 		}
 	}
 	if string(key) != u.SessionId {
-		return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "record key %q is not the session_id %q: the uplink would break session stickiness", truncate(key), u.SessionId)
+		return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "record key %q is not the session_id %q: the uplink would break session stickiness", truncate(key), u.SessionId)
 	}
 	switch c := u.Command.(type) {
 	case *imv1.Uplink_Message:
 		if c.Message.GetType() == "" || len(c.Message.GetType()) > maxTypeLen {
-			return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "message type must be 1..%d bytes", maxTypeLen)
+			return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "message type must be 1..%d bytes", maxTypeLen)
 		}
 	case *imv1.Uplink_SessionCreate:
 		if len(c.SessionCreate.GetMemberUserIds()) == 0 || len(c.SessionCreate.GetMemberUserIds()) > maxMembers {
-			return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "session_create needs 1..%d members", maxMembers)
+			return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "session_create needs 1..%d members", maxMembers)
 		}
 		if len(c.SessionCreate.GetTitle()) > maxTitleBytes {
-			return nil, invalid(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "title over %d bytes", maxTitleBytes)
+			return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "title over %d bytes", maxTitleBytes)
 		}
 	case *imv1.Uplink_Membership:
 		if c.Membership.GetOp() == imv1.MembershipChange_OP_UNSPECIFIED || len(c.Membership.GetUserIds()) == 0 || len(c.Membership.GetUserIds()) > maxMembers {
-			return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "membership needs an op and 1..%d user ids", maxMembers)
+			return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "membership needs an op and 1..%d user ids", maxMembers)
 		}
 	case *imv1.Uplink_Edit:
 		if c.Edit.GetTargetSeq() <= 0 || c.Edit.GetContent() == nil {
-			return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "edit needs target_seq > 0 and content")
+			return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "edit needs target_seq > 0 and content")
 		}
 	case *imv1.Uplink_Recall:
 		if c.Recall.GetTargetSeq() <= 0 {
-			return nil, invalid(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "recall needs target_seq > 0")
+			return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "recall needs target_seq > 0")
 		}
 	default:
-		return nil, invalid(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "uplink has no command")
+		return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "uplink has no command")
 	}
 	return &u, nil
 }

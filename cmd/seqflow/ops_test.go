@@ -325,7 +325,7 @@ func TestTopicsDescribesAndFindsProblems(t *testing.T) {
 // persister do.
 func deadLetterOf(t *testing.T, dlqTopic string, code imv1.ErrorCode, service string, orig *kgo.Record) *kgo.Record {
 	t.Helper()
-	r, err := deadletter.Record(dlqTopic, service, orig, code, "test: "+code.String(), time.Now())
+	r, err := deadletter.Record(dlqTopic, service, orig, deadletter.Errorf(code, "test: %s", code), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

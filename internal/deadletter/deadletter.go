@@ -17,18 +17,18 @@ import (
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-// Record returns the dead letter of r, which service refused with code
-// for reason at time at: a record for topic (the deployment's dead-letter
-// topic), partition 0, keyed by r's key, with r's traceparent.
+// Record returns the dead letter of r, which service refused because of
+// why at time at: a record for topic (the deployment's dead-letter topic),
+// partition 0, keyed by r's key, with r's traceparent.
 //
 // Every byte of r goes into a bytes field, and the strings (reason,
 // service, the topic's name) are made valid UTF-8, invalid bytes becoming
 // U+FFFD: a string that is not UTF-8 is the one thing proto.Marshal refuses
 // in a message like this one, so it cannot fail. A caller still returns the
 // error, and commits nothing past r.
-func Record(topic, service string, r *kgo.Record, code imv1.ErrorCode, reason string, at time.Time) (*kgo.Record, error) {
+func Record(topic, service string, r *kgo.Record, why *Error, at time.Time) (*kgo.Record, error) {
 	dl := &imv1.DeadLetter{
-		Code: code, Reason: text(reason), Service: text(service),
+		Code: why.Code, Reason: text(why.Reason), Service: text(service),
 		OriginalTopic: text(r.Topic), OriginalPartition: r.Partition, OriginalOffset: r.Offset,
 		OriginalKey: r.Key, OriginalValue: r.Value, OriginalTsMs: r.Timestamp.UnixMilli(), DeadLetteredTsMs: at.UnixMilli(),
 	}

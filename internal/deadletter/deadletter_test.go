@@ -36,7 +36,7 @@ func TestRecordParsesBackByteForByte(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.rec.Topic, c.rec.Partition, c.rec.Offset, c.rec.Timestamp = "t.im.uplink.v1", 3, 41, time.UnixMilli(1_600_000_000_000)
-			r, err := Record("t.im.deadletter.v1", "sequencer", c.rec, imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, c.reason, at)
+			r, err := Record("t.im.deadletter.v1", "sequencer", c.rec, &Error{Code: imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, Reason: c.reason}, at)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,7 +85,7 @@ func FuzzRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key, value []byte, hkey string, hvalue []byte, reason string) {
 		orig := &kgo.Record{Topic: "t.im.uplink.v1", Key: key, Value: value,
 			Headers: []kgo.RecordHeader{{Key: hkey, Value: hvalue}, {Key: reason, Value: key}}}
-		r, err := Record("t.im.deadletter.v1", "persister", orig, imv1.ErrorCode_ERROR_CODE_UNDECODABLE, reason, time.Now())
+		r, err := Record("t.im.deadletter.v1", "persister", orig, &Error{Code: imv1.ErrorCode_ERROR_CODE_UNDECODABLE, Reason: reason}, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,10 +97,17 @@ func FuzzRecord(f *testing.F) {
 	})
 }
 
+func TestErrorf(t *testing.T) {
+	e := Errorf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "uplink is %d bytes, limit %d", 9, 8)
+	if e.Error() != "ERROR_CODE_TOO_LARGE: uplink is 9 bytes, limit 8" {
+		t.Errorf("Error() = %q", e)
+	}
+}
+
 func ExampleOriginal() {
 	orig := &kgo.Record{Topic: "im.uplink.v1", Key: []byte("s-1"), Value: []byte("\xff"),
 		Headers: []kgo.RecordHeader{{Key: "\xfe", Value: []byte("x")}}}
-	r, err := Record("im.deadletter.v1", "sequencer", orig, imv1.ErrorCode_ERROR_CODE_UNDECODABLE, "not an uplink", time.Now())
+	r, err := Record("im.deadletter.v1", "sequencer", orig, Errorf(imv1.ErrorCode_ERROR_CODE_UNDECODABLE, "not an uplink"), time.Now())
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -28,8 +28,8 @@ import (
 // as with dynamic membership, and only crashes are spared one.
 //
 // Two live members with one instance ID fence each other: the older gets
-// FENCED_INSTANCE_ID, which IsFenced recognises so the service can stop
-// with an error that names the setting.
+// FENCED_INSTANCE_ID, which IsFenced (errors.go) recognises so the service
+// can stop with a FencedError that names the setting.
 
 // StaticMember is the group option that makes a consumer a static member
 // under instanceID.
@@ -83,7 +83,3 @@ func LeaveAfterStop(log *slog.Logger, brokers []string, service, group, instance
 		log.Warn("shutdown: could not leave the consumer group; its partitions wait for the session timeout", "err", err)
 	}
 }
-
-// IsFenced reports whether err means another live member of the group
-// joined with the same instance ID.
-func IsFenced(err error) bool { return errors.Is(err, kerr.FencedInstanceID) }
