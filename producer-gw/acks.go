@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -109,13 +111,61 @@ func (p *pending) toNotice(fn func(seqResult), until time.Time) (seqResult, bool
 	return seqResult{}, false
 }
 
-// waiters indexes pending commands by key.
+// waiters reconciles commands with their seqs: it indexes the commands
+// awaiting one by key, takes each seq that arrives (resolveSeq: the
+// sequencer's direct ACK, the pusher's event or duplicate ACK, whichever
+// comes first) and hands it to the command it answers, or keeps it until
+// Kafka's answer to the command's produce says whether it is its own
+// (produced). None of its methods block; Run forgets expired notices.
 type waiters struct {
+	metrics *metrics // nil in unit tests of the index alone
+	now     func() time.Time
+
 	mu sync.Mutex
 	m  map[ackKey][]*pending
 }
 
-func newWaiters() *waiters { return &waiters{m: map[ackKey][]*pending{}} }
+func newWaiters(m *metrics, now func() time.Time) *waiters {
+	return &waiters{metrics: m, now: now, m: map[ackKey][]*pending{}}
+}
+
+// resolveSeq answers the commands waiting on k with r. A seq may come
+// twice, from the sequencer's direct ACK and from the pusher: the first
+// answers, the second finds nothing waiting. source is who sent it
+// (seqflow_gateway_seq_results_total).
+func (w *waiters) resolveSeq(source string, k ackKey, r seqResult) {
+	r.source = source
+	if !r.duplicate && r.serverTs > 0 {
+		w.metrics.seqArrival.WithLabelValues(source).Observe(max(0, time.Since(time.UnixMilli(r.serverTs)).Seconds()))
+	}
+	matched := w.resolve(k, r)
+	w.metrics.seqResults.WithLabelValues(source, strconv.FormatBool(matched)).Inc()
+}
+
+// produced records where Kafka put p's uplink. If p's seq came before
+// (see pending.answers), p is answered now and forgotten.
+func (w *waiters) produced(p *pending, partition int32, offset int64) {
+	if early, ok := p.produced(partition, offset); ok {
+		w.remove(p)
+		w.metrics.seqResults.WithLabelValues(early.source, "true").Inc()
+		w.metrics.seqEarly.Inc()
+	}
+}
+
+// Run forgets notices past their expiry once a second until ctx ends, and
+// returns ctx.Err().
+func (w *waiters) Run(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		w.sweep(w.now())
+	}
+}
 
 func (w *waiters) add(k ackKey, now time.Time) *pending {
 	p := &pending{key: k, started: now, ch: make(chan seqResult, 1)}

@@ -41,8 +41,8 @@ const hardFrameFactor = 16
 // closeWith asks writeLoop to send a close frame; every goroutine stops
 // once the socket is closed.
 type conn struct {
-	g  *Gateway
-	ws *websocket.Conn
+	api *api
+	ws  *websocket.Conn
 	// nc is the socket under ws; writeLoop holds its writes while it
 	// drains the queue, so a burst of frames is one write(2).
 	nc *wire.CoalescingConn
@@ -64,54 +64,54 @@ type conn struct {
 }
 
 func (c *conn) presence() presence.Conn {
-	return presence.Conn{UserID: c.p.UserID, DeviceID: c.p.DeviceID, ConnID: c.id, GatewayID: c.g.cfg.GatewayID}
+	return presence.Conn{UserID: c.p.UserID, DeviceID: c.p.DeviceID, ConnID: c.id, GatewayID: c.api.cfg.GatewayID}
 }
 
 // serveWS authenticates and upgrades a connection, then serves it.
-func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
+func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 	tok := auth.BearerToken(r)
 	if tok == "" {
 		tok = r.URL.Query().Get("access_token")
 	}
-	p, err := g.verifier.Verify(tok)
+	p, err := a.verifier.Verify(tok)
 	if err != nil {
-		g.m.connects.WithLabelValues("unauthenticated").Inc()
-		g.httpError(w, "", apierr.New(auth.Code(err), err.Error()))
+		a.m.connects.WithLabelValues("unauthenticated").Inc()
+		a.httpError(w, "", apierr.New(auth.Code(err), err.Error()))
 		return
 	}
-	if g.draining.Load() {
-		g.httpError(w, "", ErrShuttingDown)
+	if a.gate.draining() {
+		a.httpError(w, "", ErrShuttingDown)
 		return
 	}
 	hj := &coalescingHijacker{ResponseWriter: w}
-	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.OriginPatterns})
+	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{OriginPatterns: a.cfg.OriginPatterns})
 	if err != nil {
-		g.m.connects.WithLabelValues("bad_handshake").Inc()
+		a.m.connects.WithLabelValues("bad_handshake").Inc()
 		return // Accept answered the client
 	}
 	ws.SetReadLimit(-1) // readLoop bounds frames (hardFrameFactor)
-	c := &conn{g: g, ws: ws, nc: hj.nc, id: "c-" + uuid.Must(uuid.NewV7()).String(), p: p,
-		out: make(chan []byte, g.cfg.ConnQueue), closing: make(chan struct{}),
-		inflight: make(chan struct{}, g.cfg.MaxInFlight), lastSeq: map[string]int64{}}
-	c.rc = newReceiptBatch(g, p)
+	c := &conn{api: a, ws: ws, nc: hj.nc, id: "c-" + uuid.Must(uuid.NewV7()).String(), p: p,
+		out: make(chan []byte, a.cfg.ConnQueue), closing: make(chan struct{}),
+		inflight: make(chan struct{}, a.cfg.MaxInFlight), lastSeq: map[string]int64{}}
+	c.rc = a.receipts.batch(p)
 	c.touch()
-	if !g.register(c) {
+	if !a.hub.add(c) {
 		_ = ws.Close(websocket.StatusServiceRestart, "reconnect")
 		return
 	}
-	defer g.connWG.Done()
-	g.m.connects.WithLabelValues("ok").Inc()
-	g.m.connections.Inc()
-	defer g.m.connections.Dec()
+	defer a.hub.done()
+	a.m.connects.WithLabelValues("ok").Inc()
+	a.m.connections.Inc()
+	defer a.m.connections.Dec()
 
-	pctx, cancel := context.WithTimeout(r.Context(), g.cfg.PresenceTTL/3)
-	if err := g.presence.Put(pctx, c.presence()); err != nil {
-		g.m.presenceErrs.Inc()
-		g.log.Warn("register presence; the refresh retries", "conn_id", c.id, "user_id", p.UserID, "err", err)
+	pctx, cancel := context.WithTimeout(r.Context(), a.cfg.PresenceTTL/3)
+	if err := a.presence.Put(pctx, c.presence()); err != nil {
+		a.m.presenceErrs.Inc()
+		a.log.Warn("register presence; the refresh retries", "conn_id", c.id, "user_id", p.UserID, "err", err)
 	}
 	cancel()
-	c.enqueueJSON(wire.Hello{Op: wire.OpHello, ConnID: c.id, UserID: p.UserID, DeviceID: p.DeviceID, GatewayID: g.cfg.GatewayID,
-		HeartbeatMs: g.cfg.Heartbeat.Milliseconds(), MaxFrameBytes: g.cfg.Limits.MaxFrameBytes})
+	c.enqueueJSON(wire.Hello{Op: wire.OpHello, ConnID: c.id, UserID: p.UserID, DeviceID: p.DeviceID, GatewayID: a.cfg.GatewayID,
+		HeartbeatMs: a.cfg.Heartbeat.Milliseconds(), MaxFrameBytes: a.cfg.Limits.MaxFrameBytes})
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -120,38 +120,15 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.closeWith(websocket.StatusNormalClosure, "", "client")
 	wg.Wait()
 
-	g.unregister(c)
+	a.hub.remove(c)
 	c.rc.stop()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
-	if err := g.presence.Remove(rctx, c.presence()); err != nil {
-		g.m.presenceErrs.Inc()
-		g.log.Warn("remove presence; it expires by itself", "conn_id", c.id, "err", err)
+	if err := a.presence.Remove(rctx, c.presence()); err != nil {
+		a.m.presenceErrs.Inc()
+		a.log.Warn("remove presence; it expires by itself", "conn_id", c.id, "err", err)
 	}
 	cancel()
-	g.m.closes.WithLabelValues(c.why).Inc()
-}
-
-func (g *Gateway) register(c *conn) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.draining.Load() {
-		return false
-	}
-	g.conns[c.id] = c
-	g.connWG.Add(1)
-	return true
-}
-
-func (g *Gateway) unregister(c *conn) {
-	g.mu.Lock()
-	delete(g.conns, c.id)
-	g.mu.Unlock()
-}
-
-func (g *Gateway) conn(id string) *conn {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.conns[id]
+	a.m.closes.WithLabelValues(c.why).Inc()
 }
 
 func (c *conn) touch() { c.lastSeen.Store(time.Now().UnixNano()) }
@@ -173,7 +150,7 @@ func (c *conn) closeWith(code websocket.StatusCode, reason, why string) {
 }
 
 func (c *conn) readLoop() {
-	max := c.g.cfg.Limits.MaxFrameBytes
+	max := c.api.cfg.Limits.MaxFrameBytes
 	hard := int64(max) * hardFrameFactor
 	for {
 		typ, rd, err := c.ws.Reader(context.Background())
@@ -201,14 +178,14 @@ func (c *conn) readLoop() {
 			c.sendError("", "", apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "binary frames are not supported: send JSON text frames"))
 			continue
 		}
-		f, aerr := wire.Decode(data, c.g.cfg.Limits)
-		c.g.m.frames.WithLabelValues(opLabel(f), "ws").Inc()
+		f, aerr := wire.Decode(data, c.api.cfg.Limits)
+		c.api.m.frames.WithLabelValues(opLabel(f), "ws").Inc()
 		if aerr != nil && aerr.Code == imv1.ErrorCode_ERROR_CODE_INVALID_UTF8 && !utf8.Valid(data) {
 			// A text frame that is not UTF-8 is not a WebSocket text
 			// message at all: RFC 6455 (8.1) fails the connection with
 			// 1007. Browsers cannot send one; a client that does has a
 			// broken encoder, and anything it sends next is suspect too.
-			c.g.m.errors.WithLabelValues(apierr.Name(aerr.Code)).Inc()
+			c.api.m.errors.WithLabelValues(apierr.Name(aerr.Code)).Inc()
 			c.closeWith(websocket.StatusInvalidFramePayloadData, "invalid_utf8", "error")
 			return
 		}
@@ -228,7 +205,7 @@ func (c *conn) readLoop() {
 // connection's commands reach the log in the order it sent them; their
 // ACKs are awaited concurrently.
 func (c *conn) handle(f *wire.ClientFrame) {
-	g := c.g
+	a := c.api
 	switch {
 	case f.Op == wire.OpPing:
 		c.enqueueJSON(wire.OK{Op: wire.OpPong, ReqID: f.ReqID})
@@ -239,11 +216,11 @@ func (c *conn) handle(f *wire.ClientFrame) {
 			c.enqueueJSON(wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
 		}
 		return
-	case !g.limits.allow(c.p.UserID, g.now()):
+	case !a.limits.allow(c.p.UserID, a.now()):
 		c.sendError(f.ReqID, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
 		return
 	case !isCommand(f.Op):
-		res, aerr := g.query(context.Background(), c.p, f)
+		res, aerr := a.query(context.Background(), c.p, f)
 		if aerr != nil {
 			c.sendError(f.ReqID, "", aerr)
 			return
@@ -257,23 +234,23 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		c.sendError(f.ReqID, f.ClientMsgID, apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_MANY_IN_FLIGHT, "%d sends await their ACK on this connection", cap(c.inflight)))
 		return
 	}
-	if !g.beginCommand() {
+	if !a.up.begin() {
 		<-c.inflight
 		c.sendError(f.ReqID, f.ClientMsgID, ErrShuttingDown)
 		return
 	}
-	up, aerr := g.prepare(context.Background(), c.p, f)
+	up, aerr := a.up.prepare(context.Background(), c.p, f)
 	if aerr != nil {
 		<-c.inflight
-		g.inflight.Done()
+		a.up.done()
 		c.sendError(f.ReqID, f.ClientMsgID, aerr)
 		return
 	}
-	pend, produced := g.submit(up, f.Traceparent)
+	pend, produced := a.up.submit(up, f.Traceparent)
 	go func() {
-		defer g.inflight.Done()
+		defer a.up.done()
 		defer func() { <-c.inflight }()
-		ack, aerr := g.await(pend, produced, f, func(a wire.Ack) { c.enqueueJSON(a) })
+		ack, aerr := a.up.await(pend, produced, f, func(ack wire.Ack) { c.enqueueJSON(ack) })
 		if aerr != nil {
 			c.sendError(f.ReqID, f.ClientMsgID, aerr)
 			return
@@ -283,7 +260,7 @@ func (c *conn) handle(f *wire.ClientFrame) {
 }
 
 func (c *conn) sendError(reqID, clientMsgID string, e *apierr.Error) {
-	c.g.m.errors.WithLabelValues(apierr.Name(e.Code)).Inc()
+	c.api.m.errors.WithLabelValues(apierr.Name(e.Code)).Inc()
 	b := e.Body()
 	c.enqueueJSON(wire.ErrorFrame{Op: wire.OpError, ReqID: reqID, ClientMsgID: clientMsgID,
 		Error: wire.ErrorBody{Code: b.Code, Name: b.Name, Message: b.Message, Retryable: b.Retryable}})
@@ -296,7 +273,7 @@ func (c *conn) enqueueJSON(v any) {
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		c.g.log.Error("encode frame", "err", err)
+		c.api.log.Error("encode frame", "err", err)
 		return
 	}
 	c.enqueue(b)
@@ -345,7 +322,7 @@ func (c *conn) writeLoop() {
 	var pings sync.WaitGroup
 	defer pings.Wait()
 	var pinging atomic.Bool
-	t := time.NewTicker(c.g.cfg.Heartbeat)
+	t := time.NewTicker(c.api.cfg.Heartbeat)
 	defer t.Stop()
 	var expiry <-chan time.Time
 	if !c.p.ExpiresAt.IsZero() {
@@ -372,7 +349,7 @@ func (c *conn) writeLoop() {
 		case <-expiry:
 			c.closeWith(closeTokenExpired, "token_expired", "token_expired")
 		case <-t.C:
-			if time.Since(time.Unix(0, c.lastSeen.Load())) > c.g.cfg.IdleTimeout {
+			if time.Since(time.Unix(0, c.lastSeen.Load())) > c.api.cfg.IdleTimeout {
 				c.closeWith(closeIdle, "idle_timeout", "idle")
 				continue
 			}
@@ -392,7 +369,7 @@ func (c *conn) writeLoop() {
 // ping sends a ping and touches the connection when its pong comes back
 // within a heartbeat; without one, the idle deadline decides.
 func (c *conn) ping() {
-	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.Heartbeat)
+	ctx, cancel := context.WithTimeout(context.Background(), c.api.cfg.Heartbeat)
 	defer cancel()
 	if c.ws.Ping(ctx) == nil {
 		c.touch()
@@ -426,7 +403,7 @@ func (c *conn) writeBatch(b []byte) error {
 		}
 		break
 	}
-	return c.nc.Release(time.Now().Add(c.g.cfg.WriteTimeout))
+	return c.nc.Release(time.Now().Add(c.api.cfg.WriteTimeout))
 }
 
 // flush writes what is queued, so ACKs produced before a close reach the
@@ -445,7 +422,7 @@ func (c *conn) flush() {
 }
 
 func (c *conn) write(b []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.api.cfg.WriteTimeout)
 	defer cancel()
 	return c.ws.Write(ctx, websocket.MessageText, b)
 }

@@ -58,7 +58,7 @@ func TestWriteBatchFramesWholeInOrder(t *testing.T) {
 					return
 				}
 				ws.SetReadLimit(1 << 20)
-				c := &conn{g: &Gateway{cfg: Config{WriteTimeout: 10 * time.Second}}, ws: ws, nc: hj.nc,
+				c := &conn{api: &api{cfg: Config{WriteTimeout: 10 * time.Second}}, ws: ws, nc: hj.nc,
 					out: make(chan []byte, len(frames))}
 				readDone := make(chan struct{})
 				go func() { // answers the client's pings

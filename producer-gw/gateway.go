@@ -26,7 +26,6 @@ import (
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/telemetry"
-	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 const service = "producer-gw"
@@ -37,7 +36,9 @@ const localMembershipTTL = 5 * time.Minute
 
 // Gateway serves clients over WebSocket and HTTP: it authenticates them,
 // validates their commands, produces uplinks, answers with the seq, pushes
-// events to their connections and serves sync.
+// events to their connections and serves sync. It is the composition root:
+// the work is done by its components (README.md, "Components"), which Run
+// wires once the clients are open and runs until shutdown.
 type Gateway struct {
 	cfg      Config
 	log      *slog.Logger
@@ -45,8 +46,12 @@ type Gateway struct {
 	m        *metrics
 	verifier *auth.Verifier
 	signer   *auth.Signer // dev login only
+	now      func() time.Time
+	addr     chan string // the bound client address, once
+	// gate refuses new connections and commands once the drain begins.
+	gate *gate
 
-	// Set up by Run (or by tests before it).
+	// Clients, opened by Run (or set by tests before it).
 	kc       *kgo.Client
 	pool     *pgxpool.Pool
 	store    *store.Store
@@ -55,31 +60,28 @@ type Gateway struct {
 	receiver delivery.Receiver
 	// pushReady is closed once the push subscription is confirmed (nil
 	// when the receiver was injected).
-	pushReady chan struct{}
-	members   *membership
+	pushReady <-chan struct{}
 	// tracer is nil with tracing off: sends and deliveries then skip span
 	// and trace-context work entirely. Run sets it when an OTLP endpoint is
 	// configured; tests may set it before Run.
 	tracer trace.Tracer
 
-	limits  *limiters
-	waiters *waiters
-
-	mu    sync.Mutex
-	conns map[string]*conn
-
-	draining atomic.Bool
-	inflight sync.WaitGroup // commands between produce and ACK, all transports
-	connWG   sync.WaitGroup // connection handlers
-	addr     chan string    // the bound client address, once
-	now      func() time.Time
+	// Components, wired by compose once the clients are open.
+	limits   *limiters
+	waiters  *waiters
+	members  *membership
+	hub      *hub
+	up       *uplink
+	down     *downlink
+	history  *history
+	receipts *receipts
+	api      *api
 }
 
 // New builds a gateway from a validated Config; it connects to nothing
 // until Run.
 func New(cfg Config, log *slog.Logger) (*Gateway, error) {
-	g := &Gateway{cfg: cfg, log: log, reg: prometheus.NewRegistry(), limits: newLimiters(cfg.RatePerUser, cfg.RateBurst),
-		waiters: newWaiters(), conns: map[string]*conn{}, addr: make(chan string, 1), now: time.Now}
+	g := &Gateway{cfg: cfg, log: log, reg: prometheus.NewRegistry(), gate: &gate{}, addr: make(chan string, 1), now: time.Now}
 	g.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	g.m = newMetrics(g.reg)
 	var err error
@@ -129,6 +131,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.closeClients()
+	g.compose()
 	ln, err := net.Listen("tcp", g.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", g.cfg.Addr, err)
@@ -141,10 +144,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	bg, bgCtx := errgroup.WithContext(bgCtx)
-	bg.Go(func() error { return g.receiver.Receive(bgCtx, g.cfg.GatewayID, g.onBatch) })
+	bg.Go(func() error { return g.down.Run(bgCtx) })
 	bg.Go(func() error { return g.store.Follow(bgCtx) })
-	bg.Go(func() error { return g.refreshPresence(bgCtx) })
-	bg.Go(func() error { return g.sweep(bgCtx) })
+	bg.Go(func() error { return g.hub.Run(bgCtx) })
+	bg.Go(func() error { return g.members.Run(bgCtx) })
+	bg.Go(func() error { return g.limits.Run(bgCtx) })
+	bg.Go(func() error { return g.waiters.Run(bgCtx) })
 	bg.Go(func() error {
 		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz}).Run(bgCtx)
 	})
@@ -159,7 +164,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	srv := &http.Server{Handler: g.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: g.api.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -227,62 +232,24 @@ func (g *Gateway) connect(ctx context.Context) error {
 		g.presence = presence.New(g.rdb, g.cfg.PresenceTTL)
 	}
 	if g.receiver == nil {
-		g.receiver = g.pushReceivers()
-	}
-	if g.members == nil {
-		g.members = newMembership(g.store, g.cfg.MemberCacheTTL, localMembershipTTL)
+		g.receiver, g.pushReady = pushReceivers(g.cfg, g.rdb, g.log, g.m)
 	}
 	return nil
 }
 
-// pushReceivers is how batches reach this gateway: Redis pub/sub always,
-// and the pushers' direct TCP stream unless GATEWAY_PUSH_ADDR is "off"
-// (pusher/README.md, "Transport"). pushReady closes once every one of them
-// can take batches.
-func (g *Gateway) pushReceivers() delivery.Receiver {
-	ready := make(chan struct{})
-	g.pushReady = ready
-	n := 1
-	if g.cfg.PushAddr != "off" {
-		n++
-	}
-	var mu sync.Mutex
-	up := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if n--; n == 0 {
-			close(ready)
-		}
-	}
-	var once sync.Once
-	rs := []delivery.Receiver{countingReceiver{delivery.NewRedisReceiver(g.rdb, delivery.RedisReceiverOptions{
-		Log: g.log, OnBadBatch: func(error) { g.m.badBatches.Inc() },
-		OnSubscribed: func() { once.Do(up) },
-	}), g.m.pushBatches.WithLabelValues("redis")}}
-	if g.cfg.PushAddr != "off" {
-		rs = append(rs, countingReceiver{delivery.NewTCPReceiver(delivery.NewRedisRegistry(g.rdb), delivery.TCPReceiverOptions{
-			ListenAddr: g.cfg.PushAddr, AdvertiseAddr: g.cfg.PushAdvertise, Log: g.log,
-			OnBadBatch: func(error) { g.m.badBatches.Inc() },
-			OnRegistered: func(addr string) {
-				g.log.Info("push stream listening", "addr", addr)
-				up()
-			},
-		}), g.m.pushBatches.WithLabelValues("tcp")})
-	}
-	return delivery.Fanin(rs...)
-}
-
-// countingReceiver counts the batches one transport brings.
-type countingReceiver struct {
-	delivery.Receiver
-	n prometheus.Counter
-}
-
-func (r countingReceiver) Receive(ctx context.Context, gatewayID string, h delivery.Handler) error {
-	return r.Receiver.Receive(ctx, gatewayID, func(b *imv1.PushBatch) {
-		r.n.Inc()
-		h(b)
-	})
+// compose wires the components, in the order a command and its ACK pass
+// through them. They need the clients, which is why it runs in Run, after
+// connect, and not in New, which connects to nothing.
+func (g *Gateway) compose() {
+	g.limits = newLimiters(g.cfg.RatePerUser, g.cfg.RateBurst, g.now)
+	g.waiters = newWaiters(g.m, g.now)
+	g.members = newMembership(g.store, g.cfg.MemberCacheTTL, localMembershipTTL)
+	g.hub = newHub(g.gate, g.presence, g.cfg.PresenceTTL, g.log, g.m)
+	g.up = newUplink(g.cfg, g.gate, g.kc, g.members, lookups{g.pool, g.store}, g.waiters, g.tracer, g.log, g.m, g.now)
+	g.down = newDownlink(g.cfg.GatewayID, g.receiver, g.waiters, g.members, g.hub, g.tracer, g.log, g.m)
+	g.history = newHistory(g.store, g.members, g.log)
+	g.receipts = newReceipts(g.cfg, g.kc, g.members, g.log, g.m, g.now)
+	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.log, g.m, g.now)
 }
 
 func (g *Gateway) closeClients() {
@@ -298,7 +265,7 @@ func (g *Gateway) closeClients() {
 }
 
 func (g *Gateway) readyz(ctx context.Context) error {
-	if g.draining.Load() {
+	if g.gate.draining() {
 		return errors.New("draining")
 	}
 	if err := g.pool.Ping(ctx); err != nil {
@@ -323,17 +290,15 @@ func (g *Gateway) readyz(ctx context.Context) error {
 // drain is the shutdown order: refuse new work, stop accepting, wait for
 // in-flight commands, flush the producer, close sockets with "reconnect".
 func (g *Gateway) drain(srv *http.Server) {
-	// Under mu: every beginCommand and register either saw draining or
-	// finished its Add before the Waits below.
-	g.mu.Lock()
-	g.draining.Store(true)
-	g.mu.Unlock()
+	// Once close returns, every command and connection the gate admitted
+	// is counted in the Waits below.
+	g.gate.close()
 	deadline := time.Now().Add(g.cfg.ShutdownTimeout)
 	shut, cancel := context.WithDeadline(context.Background(), deadline.Add(2*time.Second))
 	defer cancel()
 	_ = srv.Shutdown(shut) // stops accepting; hijacked WebSockets are ours to close
 	done := make(chan struct{})
-	go func() { g.inflight.Wait(); close(done) }()
+	go func() { g.up.wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(time.Until(deadline)):
@@ -344,57 +309,38 @@ func (g *Gateway) drain(srv *http.Server) {
 		g.log.Warn("flush producer at shutdown", "err", err)
 	}
 	cancelFlush()
-	g.mu.Lock()
-	conns := make([]*conn, 0, len(g.conns))
-	for _, c := range g.conns {
-		conns = append(conns, c)
-	}
-	g.mu.Unlock()
-	for _, c := range conns {
-		c.closeWith(1012, "reconnect", "shutdown") // StatusServiceRestart
-	}
-	g.connWG.Wait()
+	g.hub.closeAll(1012, "reconnect", "shutdown") // StatusServiceRestart
+	g.hub.wait()
 	<-done
 }
 
-// refreshPresence re-registers every open connection each TTL/3.
-func (g *Gateway) refreshPresence(ctx context.Context) error {
-	t := time.NewTicker(g.cfg.PresenceTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		g.mu.Lock()
-		pcs := make([]presence.Conn, 0, len(g.conns))
-		for _, c := range g.conns {
-			pcs = append(pcs, c.presence())
-		}
-		g.mu.Unlock()
-		pctx, cancel := context.WithTimeout(ctx, g.cfg.PresenceTTL/3)
-		if err := g.presence.Put(pctx, pcs...); err != nil {
-			g.m.presenceErrs.Inc()
-			g.log.Warn("refresh presence", "connections", len(pcs), "err", err)
-		}
-		cancel()
-	}
+// gate admits connections and commands until the drain begins. admit and
+// close take one lock, so once close returns every admitted unit has
+// finished its admit function (registered itself, counted itself in a
+// WaitGroup) and the drain's Waits see it.
+type gate struct {
+	mu     sync.Mutex
+	closed atomic.Bool
 }
 
-// sweep expires caches, rate limiters and notices once a second.
-func (g *Gateway) sweep(ctx context.Context) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		now := g.now()
-		g.members.sweep()
-		g.limits.sweep(now)
-		g.waiters.sweep(now)
+// admit runs fn and reports true unless the gate is closed.
+func (g *gate) admit(fn func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed.Load() {
+		return false
 	}
+	fn()
+	return true
 }
+
+// close refuses every later admit.
+func (g *gate) close() {
+	g.mu.Lock()
+	g.closed.Store(true)
+	g.mu.Unlock()
+}
+
+// draining reports whether close was called; it does not wait for admits
+// under way.
+func (g *gate) draining() bool { return g.closed.Load() }

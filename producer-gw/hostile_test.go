@@ -379,7 +379,7 @@ func TestHostileInput(t *testing.T) {
 		body := strings.Repeat("s", 4000)
 		deadline := time.Now().Add(90 * time.Second)
 		sent := 0
-		for g2.g.conn(connID) != nil {
+		for g2.g.hub.conn(connID) != nil {
 			if time.Now().After(deadline) || sent > 2000 {
 				t.Fatalf("a client that never reads is still connected after %d pushes of 4 KB", sent)
 			}
@@ -561,7 +561,7 @@ func dialNeverRead(t *testing.T, gw *testGW, token string) string {
 	if err := json.Unmarshal(b, &hello); err != nil || hello.ConnID == "" {
 		t.Fatalf("hello %s: %v", b, err)
 	}
-	for gw.g.conn(hello.ConnID) == nil && ctx.Err() == nil {
+	for gw.g.hub.conn(hello.ConnID) == nil && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return hello.ConnID

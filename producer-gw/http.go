@@ -19,16 +19,16 @@ import (
 
 // routes is the client API: the WebSocket endpoint and, for every frame,
 // an HTTP call taking the same JSON (docs/protocol.md).
-func (g *Gateway) routes() http.Handler {
+func (a *api) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/ws", g.serveWS)
-	mux.HandleFunc("POST /v1/{op}", g.serveOp)
-	mux.HandleFunc("GET /v1/sessions/{session_id}/messages", g.serveSyncGet)
-	mux.HandleFunc("GET /v1/changes", g.serveChangesGet)
-	if g.cfg.DevMode {
-		mux.HandleFunc("POST /v1/dev/login", g.serveDevLogin)
+	mux.HandleFunc("GET /v1/ws", a.serveWS)
+	mux.HandleFunc("POST /v1/{op}", a.serveOp)
+	mux.HandleFunc("GET /v1/sessions/{session_id}/messages", a.serveSyncGet)
+	mux.HandleFunc("GET /v1/changes", a.serveChangesGet)
+	if a.cfg.DevMode {
+		mux.HandleFunc("POST /v1/dev/login", a.serveDevLogin)
 	}
-	if g.cfg.Web {
+	if a.cfg.Web {
 		mountWeb(mux)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -40,102 +40,102 @@ func (g *Gateway) routes() http.Handler {
 }
 
 // principal authenticates an HTTP call, answering 401 itself on failure.
-func (g *Gateway) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
-	p, err := g.verifier.Verify(auth.BearerToken(r))
+func (a *api) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
+	p, err := a.verifier.Verify(auth.BearerToken(r))
 	if err != nil {
-		g.httpError(w, "", apierr.New(auth.Code(err), err.Error()))
+		a.httpError(w, "", apierr.New(auth.Code(err), err.Error()))
 		return p, false
 	}
 	return p, true
 }
 
-func (g *Gateway) serveOp(w http.ResponseWriter, r *http.Request) {
+func (a *api) serveOp(w http.ResponseWriter, r *http.Request) {
 	op := r.PathValue("op")
 	switch op {
 	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers,
 		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered:
 	default:
-		g.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", op))
+		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", op))
 		return
 	}
-	p, ok := g.principal(w, r)
+	p, ok := a.principal(w, r)
 	if !ok {
 		return
 	}
-	g.m.frames.WithLabelValues(op, "http").Inc()
-	max := g.cfg.Limits.MaxFrameBytes
+	a.m.frames.WithLabelValues(op, "http").Inc()
+	max := a.cfg.Limits.MaxFrameBytes
 	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
 	if err != nil {
-		g.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "read body: "+err.Error()))
+		a.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "read body: "+err.Error()))
 		return
 	}
 	if len(body) > max {
-		g.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "body over %d bytes", max))
+		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "body over %d bytes", max))
 		return
 	}
-	f, aerr := wire.DecodeAs(body, op, g.cfg.Limits)
+	f, aerr := wire.DecodeAs(body, op, a.cfg.Limits)
 	if aerr != nil {
 		cmid := ""
 		if f != nil {
 			cmid = f.ClientMsgID
 		}
-		g.httpError(w, cmid, aerr)
+		a.httpError(w, cmid, aerr)
 		return
 	}
-	g.serveFrame(w, r, p, f)
+	a.serveFrame(w, r, p, f)
 }
 
-func (g *Gateway) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Principal, f *wire.ClientFrame) {
+func (a *api) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Principal, f *wire.ClientFrame) {
 	if f.Op == wire.OpDelivered {
 		// HTTP has no connection to batch on: one receipt per session now.
-		b := newReceiptBatch(g, p)
+		b := a.receipts.batch(p)
 		b.add(f.Cursors)
 		b.stop()
 		writeJSON(w, http.StatusOK, wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
 		return
 	}
-	if !g.limits.allow(p.UserID, g.now()) {
-		g.httpError(w, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
+	if !a.limits.allow(p.UserID, a.now()) {
+		a.httpError(w, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
 		return
 	}
 	if !isCommand(f.Op) {
-		res, aerr := g.query(r.Context(), p, f)
+		res, aerr := a.query(r.Context(), p, f)
 		if aerr != nil {
-			g.httpError(w, "", aerr)
+			a.httpError(w, "", aerr)
 			return
 		}
 		writeJSON(w, http.StatusOK, res)
 		return
 	}
-	if !g.beginCommand() {
-		g.httpError(w, f.ClientMsgID, ErrShuttingDown)
+	if !a.up.begin() {
+		a.httpError(w, f.ClientMsgID, ErrShuttingDown)
 		return
 	}
-	defer g.inflight.Done()
-	up, aerr := g.prepare(r.Context(), p, f)
+	defer a.up.done()
+	up, aerr := a.up.prepare(r.Context(), p, f)
 	if aerr != nil {
-		g.httpError(w, f.ClientMsgID, aerr)
+		a.httpError(w, f.ClientMsgID, aerr)
 		return
 	}
 	// The pusher sends the seq only to live connections of the sender: an
 	// HTTP call is one for as long as it waits.
-	pc := presence.Conn{UserID: p.UserID, DeviceID: p.DeviceID, ConnID: "h-" + uuid.Must(uuid.NewV7()).String(), GatewayID: g.cfg.GatewayID}
-	if g.cfg.AckWait > 0 {
-		pctx, cancel := context.WithTimeout(r.Context(), g.cfg.AckWait)
-		if err := g.presence.Put(pctx, pc); err != nil {
-			g.m.presenceErrs.Inc()
+	pc := presence.Conn{UserID: p.UserID, DeviceID: p.DeviceID, ConnID: "h-" + uuid.Must(uuid.NewV7()).String(), GatewayID: a.cfg.GatewayID}
+	if a.cfg.AckWait > 0 {
+		pctx, cancel := context.WithTimeout(r.Context(), a.cfg.AckWait)
+		if err := a.presence.Put(pctx, pc); err != nil {
+			a.m.presenceErrs.Inc()
 		}
 		cancel()
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Second)
-			_ = g.presence.Remove(rctx, pc)
+			_ = a.presence.Remove(rctx, pc)
 			cancel()
 		}()
 	}
-	pend, produced := g.submit(up, f.Traceparent)
-	ack, aerr := g.await(pend, produced, f, nil)
+	pend, produced := a.up.submit(up, f.Traceparent)
+	ack, aerr := a.up.await(pend, produced, f, nil)
 	if aerr != nil {
-		g.httpError(w, f.ClientMsgID, aerr)
+		a.httpError(w, f.ClientMsgID, aerr)
 		return
 	}
 	status := http.StatusOK
@@ -145,47 +145,47 @@ func (g *Gateway) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Prin
 	writeJSON(w, status, ack)
 }
 
-func (g *Gateway) serveSyncGet(w http.ResponseWriter, r *http.Request) {
-	p, ok := g.principal(w, r)
+func (a *api) serveSyncGet(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
 	if !ok {
 		return
 	}
-	g.m.frames.WithLabelValues(wire.OpSync, "http").Inc()
+	a.m.frames.WithLabelValues(wire.OpSync, "http").Inc()
 	f := &wire.ClientFrame{Op: wire.OpSync, SessionID: r.PathValue("session_id")}
 	q := r.URL.Query()
-	for _, a := range []struct {
+	for _, param := range []struct {
 		name string
 		dst  *int64
 	}{{"after_seq", &f.AfterSeq}, {"limit", nil}} {
-		v := q.Get(a.name)
+		v := q.Get(param.name)
 		if v == "" {
 			continue
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			g.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s must be an integer", a.name))
+			a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s must be an integer", param.name))
 			return
 		}
-		if a.dst != nil {
-			*a.dst = n
+		if param.dst != nil {
+			*param.dst = n
 		} else {
 			f.Limit = int(n) // Validate checks the range, as for a sync frame
 		}
 	}
-	if aerr := f.Validate(g.cfg.Limits); aerr != nil {
-		g.httpError(w, "", aerr)
+	if aerr := f.Validate(a.cfg.Limits); aerr != nil {
+		a.httpError(w, "", aerr)
 		return
 	}
-	g.serveFrame(w, r, p, f)
+	a.serveFrame(w, r, p, f)
 }
 
-func (g *Gateway) serveChangesGet(w http.ResponseWriter, r *http.Request) {
-	p, ok := g.principal(w, r)
+func (a *api) serveChangesGet(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
 	if !ok {
 		return
 	}
-	g.m.frames.WithLabelValues(wire.OpChanges, "http").Inc()
-	g.serveFrame(w, r, p, &wire.ClientFrame{Op: wire.OpChanges})
+	a.m.frames.WithLabelValues(wire.OpChanges, "http").Inc()
+	a.serveFrame(w, r, p, &wire.ClientFrame{Op: wire.OpChanges})
 }
 
 // devLogin is the body of POST /v1/dev/login.
@@ -196,22 +196,22 @@ type devLogin struct {
 
 // serveDevLogin mints a token for anyone who asks. It exists only with
 // GATEWAY_DEV_MODE=true.
-func (g *Gateway) serveDevLogin(w http.ResponseWriter, r *http.Request) {
+func (a *api) serveDevLogin(w http.ResponseWriter, r *http.Request) {
 	var req devLogin
 	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
-		g.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "want {\"user_id\":..., \"device_id\":...}"))
+		a.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "want {\"user_id\":..., \"device_id\":...}"))
 		return
 	}
-	tok, err := g.signer.Mint(req.UserID, req.DeviceID, g.cfg.DevTokenTTL)
+	tok, err := a.signer.Mint(req.UserID, req.DeviceID, a.cfg.DevTokenTTL)
 	if err != nil {
-		g.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, err.Error()))
+		a.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, err.Error()))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"token": tok, "expires_at": g.now().Add(g.cfg.DevTokenTTL).Unix()})
+	writeJSON(w, http.StatusOK, map[string]any{"token": tok, "expires_at": a.now().Add(a.cfg.DevTokenTTL).Unix()})
 }
 
-func (g *Gateway) httpError(w http.ResponseWriter, clientMsgID string, e *apierr.Error) {
-	g.m.errors.WithLabelValues(apierr.Name(e.Code)).Inc()
+func (a *api) httpError(w http.ResponseWriter, clientMsgID string, e *apierr.Error) {
+	a.m.errors.WithLabelValues(apierr.Name(e.Code)).Inc()
 	b := e.Body()
 	if e.Code == imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED || e.Code == imv1.ErrorCode_ERROR_CODE_TOKEN_EXPIRED {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="seqflow"`)

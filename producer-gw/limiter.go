@@ -1,16 +1,19 @@
 package main
 
 import (
+	"context"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 )
 
-// limiters is a token bucket per user on this gateway instance.
+// limiters is a token bucket per user on this gateway instance; Run
+// forgets idle users.
 type limiters struct {
-	r rate.Limit
-	b int
+	r   rate.Limit
+	b   int
+	now func() time.Time
 
 	mu sync.Mutex
 	m  map[string]*userLimiter
@@ -21,8 +24,8 @@ type userLimiter struct {
 	last time.Time
 }
 
-func newLimiters(perSecond, burst int) *limiters {
-	return &limiters{r: rate.Limit(perSecond), b: burst, m: map[string]*userLimiter{}}
+func newLimiters(perSecond, burst int, now func() time.Time) *limiters {
+	return &limiters{r: rate.Limit(perSecond), b: burst, now: now, m: map[string]*userLimiter{}}
 }
 
 func (l *limiters) allow(user string, now time.Time) bool {
@@ -46,5 +49,19 @@ func (l *limiters) sweep(now time.Time) {
 		if now.Sub(e.last) > refill {
 			delete(l.m, u)
 		}
+	}
+}
+
+// Run sweeps once a second until ctx ends, and returns ctx.Err().
+func (l *limiters) Run(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		l.sweep(l.now())
 	}
 }

@@ -2,15 +2,34 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-// memberStore answers membership from the persister's projection.
-type memberStore interface {
+// memberChecker answers whether a user is a current member of a session:
+// the message store (the persister's projection) for the membership
+// cache, the cache for everyone else. IsMember may block on PostgreSQL;
+// ctx bounds the wait.
+type memberChecker interface {
 	IsMember(ctx context.Context, sessionID, userID string) (bool, error)
+}
+
+// requireMember answers NOT_A_MEMBER unless user is a current member of
+// session; a failed check is logged and answered as the store's error.
+func requireMember(ctx context.Context, mc memberChecker, log *slog.Logger, session, user string) *apierr.Error {
+	ok, err := mc.IsMember(ctx, session, user)
+	if err != nil {
+		log.Warn("membership check failed", "session_id", session, "user_id", user, "err", err)
+		return storeError(err)
+	}
+	if !ok {
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_NOT_A_MEMBER, "")
+	}
+	return nil
 }
 
 type mkey struct{ session, user string }
@@ -37,8 +56,10 @@ type seen struct {
 //     persister to catch up. They let a creator send right after the
 //     create's ACK, and stop a removed user's sends and deliveries as soon
 //     as the removal reaches their gateway.
+//
+// Run expires both once a second.
 type membership struct {
-	store    memberStore
+	store    memberChecker
 	ttl      time.Duration
 	localTTL time.Duration
 	now      func() time.Time
@@ -48,7 +69,7 @@ type membership struct {
 	local map[mkey]seen
 }
 
-func newMembership(s memberStore, ttl, localTTL time.Duration) *membership {
+func newMembership(s memberChecker, ttl, localTTL time.Duration) *membership {
 	return &membership{store: s, ttl: ttl, localTTL: localTTL, now: time.Now,
 		cache: map[mkey]cachedAnswer{}, local: map[mkey]seen{}}
 }
@@ -130,5 +151,20 @@ func (m *membership) sweep() {
 		if now.Sub(s.at) >= m.localTTL {
 			delete(m.local, k)
 		}
+	}
+}
+
+// Run drops expired entries once a second until ctx ends, and returns
+// ctx.Err().
+func (m *membership) Run(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		m.sweep()
 	}
 }

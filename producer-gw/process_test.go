@@ -184,7 +184,7 @@ func TestSlowConsumerIsClosed(t *testing.T) {
 	c := p.connect(gw, bob, "phone")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for ctx.Err() == nil && gw.g.conn(c.hello.ConnID) == nil {
+	for ctx.Err() == nil && gw.g.hub.conn(c.hello.ConnID) == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 	body := make([]byte, 16<<10)
@@ -193,15 +193,15 @@ func TestSlowConsumerIsClosed(t *testing.T) {
 	}
 	// The test client's reader stops taking frames once its buffer of
 	// 1024 is full; 4000 events of 16 KiB overflow every buffer on the way.
-	for seq := int64(1); seq <= 4000 && gw.g.conn(c.hello.ConnID) != nil; seq++ {
-		gw.g.onBatch(&imv1.PushBatch{GatewayId: gw.g.cfg.GatewayID, Items: []*imv1.PushItem{{
+	for seq := int64(1); seq <= 4000 && gw.g.hub.conn(c.hello.ConnID) != nil; seq++ {
+		gw.g.down.onBatch(&imv1.PushBatch{GatewayId: gw.g.cfg.GatewayID, Items: []*imv1.PushItem{{
 			Recipients: []*imv1.Recipient{{UserId: bob, DeviceId: "phone", ConnId: c.hello.ConnID}},
 			Item: &imv1.PushItem_Event{Event: &imv1.SequencedEvent{SessionId: "g-slow", Seq: seq, MsgId: seq, SenderUserId: "alice",
 				Payload: &imv1.SequencedEvent_Message{Message: &imv1.MessageContent{Type: "text", Body: body}}}},
 		}}})
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for gw.g.conn(c.hello.ConnID) != nil {
+	for gw.g.hub.conn(c.hello.ConnID) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("a client that stopped reading is still connected")
 		}

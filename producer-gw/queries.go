@@ -7,11 +7,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seqflow/seqflow/internal/store"
 )
 
-// The store package answers sync, changes and membership; these are the two
-// lookups the gateway needs beyond it, against the same tables
-// (internal/migrate/sql/0002_store.sql).
+// lookups is the message store as the uplink reads it (commandStore): the
+// store package's Session, plus the two lookups the gateway needs beyond
+// it, against the same tables (internal/migrate/sql/0002_store.sql), in
+// the schema the Store follows.
+type lookups struct {
+	pool *pgxpool.Pool
+	*store.Store
+}
 
 // target is what edit and recall check about the message they change.
 type target struct {
@@ -21,12 +28,12 @@ type target struct {
 	recalled   bool
 }
 
-// lookupTarget returns the event at (session, seq), false when the store
-// does not hold it (yet).
-func lookupTarget(ctx context.Context, pool *pgxpool.Pool, schema, session string, seq int64) (target, bool, error) {
+// target returns the event at (session, seq), false when the store does
+// not hold it (yet).
+func (l lookups) target(ctx context.Context, session string, seq int64) (target, bool, error) {
 	var t target
-	err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT sender_user_id, kind, server_ts_ms, recalled_seq IS NOT NULL
-		FROM %s.messages WHERE session_id = $1 AND seq = $2`, pgx.Identifier{schema}.Sanitize()), session, seq).
+	err := l.pool.QueryRow(ctx, fmt.Sprintf(`SELECT sender_user_id, kind, server_ts_ms, recalled_seq IS NOT NULL
+		FROM %s.messages WHERE session_id = $1 AND seq = $2`, pgx.Identifier{l.Schema()}.Sanitize()), session, seq).
 		Scan(&t.sender, &t.kind, &t.serverTsMs, &t.recalled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, false, nil
@@ -42,12 +49,12 @@ type creation struct {
 	sender, clientMsgID string
 }
 
-// lookupCreation returns the session_create of session, false when the
-// store holds none.
-func lookupCreation(ctx context.Context, pool *pgxpool.Pool, schema, session string) (creation, bool, error) {
+// creation returns the session_create of session, false when the store
+// holds none.
+func (l lookups) creation(ctx context.Context, session string) (creation, bool, error) {
 	var c creation
-	err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT sender_user_id, client_msg_id FROM %s.messages
-		WHERE session_id = $1 AND kind = 'session_create' ORDER BY seq LIMIT 1`, pgx.Identifier{schema}.Sanitize()), session).
+	err := l.pool.QueryRow(ctx, fmt.Sprintf(`SELECT sender_user_id, client_msg_id FROM %s.messages
+		WHERE session_id = $1 AND kind = 'session_create' ORDER BY seq LIMIT 1`, pgx.Identifier{l.Schema()}.Sanitize()), session).
 		Scan(&c.sender, &c.clientMsgID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil
@@ -57,3 +64,5 @@ func lookupCreation(ctx context.Context, pool *pgxpool.Pool, schema, session str
 	}
 	return c, true, nil
 }
+
+var _ commandStore = lookups{}

@@ -2,17 +2,71 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
+
+// receiptProducer is the Kafka client as receipts use it (a *kgo.Client).
+// Produce buffers r and returns (it blocks only while the client holds its
+// maximum of buffered records); promise runs once with Kafka's answer.
+// ProduceSync blocks until Kafka answers or ctx ends.
+type receiptProducer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
+}
+
+// receipts produces clients' receipts to im.receipts.v1, keyed by
+// session: a read receipt at once, delivery receipts gathered per
+// connection (batch), each only for a session the user is a member of.
+type receipts struct {
+	cfg     Config
+	kafka   receiptProducer
+	members memberChecker
+	log     *slog.Logger
+	m       *metrics
+	now     func() time.Time
+}
+
+func newReceipts(cfg Config, kafka receiptProducer, members memberChecker, log *slog.Logger, m *metrics, now func() time.Time) *receipts {
+	return &receipts{cfg: cfg, kafka: kafka, members: members, log: log, m: m, now: now}
+}
+
+// read produces the read receipt of f and waits for Kafka's answer, within
+// ctx and ProduceTimeout.
+func (r *receipts) read(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.OK, *apierr.Error) {
+	if err := requireMember(ctx, r.members, r.log, f.SessionID, p.UserID); err != nil {
+		return wire.OK{}, err
+	}
+	rr := &imv1.ReadReceipt{SessionId: f.SessionID, UserId: p.UserID, DeviceId: p.DeviceID, ReadSeq: f.Seq, TsMs: r.now().UnixMilli()}
+	if err := r.produceSync(ctx, f.SessionID, "read_receipt", "seqflow.im.v1.ReadReceipt", rr); err != nil {
+		return wire.OK{}, produceError(err)
+	}
+	r.m.receipts.WithLabelValues("read").Inc()
+	return wire.OK{Op: wire.OpResult, ReqID: f.ReqID}, nil
+}
+
+// produceSync produces one receipt and waits for Kafka's answer.
+func (r *receipts) produceSync(ctx context.Context, session, eventType, schema string, m proto.Message) error {
+	v, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	rec := &kgo.Record{Topic: r.cfg.Topics.Receipts, Key: []byte(session), Value: v,
+		Headers: eventlog.Headers(eventType, schema, service, "")}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout)
+	defer cancel()
+	return r.kafka.ProduceSync(ctx, rec).FirstErr()
+}
 
 // receiptBatch collects one connection's delivered cursors and produces
 // them as DeliveryReceipts after DeliveredFlushCount updates or
@@ -22,7 +76,7 @@ import (
 // Cursors only move forward, so a receipt Kafka refused is covered by the
 // next one.
 type receiptBatch struct {
-	g *Gateway
+	r *receipts
 	p auth.Principal
 
 	mu      sync.Mutex
@@ -32,8 +86,9 @@ type receiptBatch struct {
 	stopped bool
 }
 
-func newReceiptBatch(g *Gateway, p auth.Principal) *receiptBatch {
-	return &receiptBatch{g: g, p: p, cursors: map[string]int64{}}
+// batch starts gathering the delivery receipts of p's connection.
+func (r *receipts) batch(p auth.Principal) *receiptBatch {
+	return &receiptBatch{r: r, p: p, cursors: map[string]int64{}}
 }
 
 func (b *receiptBatch) add(cs []wire.Cursor) {
@@ -49,10 +104,10 @@ func (b *receiptBatch) add(cs []wire.Cursor) {
 		b.n++
 	}
 	var due map[string]int64
-	if b.n >= b.g.cfg.DeliveredFlushCount {
+	if b.n >= b.r.cfg.DeliveredFlushCount {
 		due = b.takeLocked()
 	} else if b.timer == nil {
-		b.timer = time.AfterFunc(b.g.cfg.DeliveredFlushInterval, b.flush)
+		b.timer = time.AfterFunc(b.r.cfg.DeliveredFlushInterval, b.flush)
 	}
 	b.mu.Unlock()
 	b.produce(due)
@@ -97,12 +152,12 @@ func (b *receiptBatch) produce(cursors map[string]int64) {
 	if len(cursors) == 0 {
 		return
 	}
-	g := b.g
-	now := g.now().UnixMilli()
+	r := b.r
+	now := r.now().UnixMilli()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	for session, seq := range cursors {
-		if ok, err := g.members.IsMember(ctx, session, b.p.UserID); err != nil || !ok {
+		if ok, err := r.members.IsMember(ctx, session, b.p.UserID); err != nil || !ok {
 			continue
 		}
 		v, err := proto.Marshal(&imv1.DeliveryReceipt{SessionId: session, UserId: b.p.UserID, DeviceId: b.p.DeviceID, DeliveredSeq: seq, TsMs: now})
@@ -110,17 +165,19 @@ func (b *receiptBatch) produce(cursors map[string]int64) {
 			// proto.Marshal refuses only text that is not UTF-8, and a
 			// member's session ID and a principal are UTF-8: a bug if
 			// reached. Like a receipt Kafka refused, the next one covers it.
-			g.log.Error("marshal delivery receipt; not produced", "session_id", session, "user_id", b.p.UserID, "err", err)
+			r.log.Error("marshal delivery receipt; not produced", "session_id", session, "user_id", b.p.UserID, "err", err)
 			continue
 		}
-		rec := &kgo.Record{Topic: g.cfg.Topics.Receipts, Key: []byte(session), Value: v,
+		rec := &kgo.Record{Topic: r.cfg.Topics.Receipts, Key: []byte(session), Value: v,
 			Headers: eventlog.Headers("delivery_receipt", "seqflow.im.v1.DeliveryReceipt", service, "")}
-		g.kc.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
+		r.kafka.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
 			if err != nil {
-				g.m.receiptFails.Inc()
+				r.m.receiptFails.Inc()
 				return
 			}
-			g.m.receipts.WithLabelValues("delivery").Inc()
+			r.m.receipts.WithLabelValues("delivery").Inc()
 		})
 	}
 }
+
+var _ receiptProducer = (*kgo.Client)(nil)

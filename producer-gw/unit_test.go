@@ -113,7 +113,7 @@ func TestMembershipCacheAndExpiry(t *testing.T) {
 }
 
 func TestWaiters(t *testing.T) {
-	w := newWaiters()
+	w := newWaiters(nil, time.Now)
 	k := ackKey{"s", "c1", "alice"}
 	now := time.Unix(0, 0)
 	t.Run("resolve reaches the waiter", func(t *testing.T) {
@@ -242,7 +242,7 @@ func TestSessionIDs(t *testing.T) {
 }
 
 func TestLimiter(t *testing.T) {
-	l := newLimiters(1, 2)
+	l := newLimiters(1, 2, time.Now)
 	now := time.Unix(100, 0)
 	got := []bool{l.allow("u", now), l.allow("u", now), l.allow("u", now), l.allow("v", now), l.allow("u", now.Add(time.Second))}
 	want := []bool{true, true, false, true, true}
@@ -275,9 +275,8 @@ func (f *blockingMembers) IsMember(_ context.Context, s, _ string) (bool, error)
 // read loop, which adds the next cursors.
 func TestReceiptBatchAddsWhileFlushing(t *testing.T) {
 	store := &blockingMembers{entered: make(chan string, 16), release: make(chan struct{})}
-	g := &Gateway{cfg: Config{DeliveredFlushCount: 2, DeliveredFlushInterval: time.Hour},
-		members: newMembership(store, 0, 0), now: time.Now}
-	b := newReceiptBatch(g, auth.Principal{UserID: "u", DeviceID: "d"})
+	rs := newReceipts(Config{DeliveredFlushCount: 2, DeliveredFlushInterval: time.Hour}, nil, newMembership(store, 0, 0), nil, nil, time.Now)
+	b := rs.batch(auth.Principal{UserID: "u", DeviceID: "d"})
 	go b.add([]wire.Cursor{{SessionID: "s1", Seq: 1}, {SessionID: "s1", Seq: 2}}) // two updates: flushes
 	if s := <-store.entered; s != "s1" {
 		t.Fatalf("flush checked %q, want s1", s)

@@ -14,7 +14,9 @@ import (
 )
 
 // webRoutes builds the gateway's client routes from env without
-// connecting anything: routes() reads only the config.
+// connecting anything: the routes these tests reach need only the config,
+// the token verifier and signer and the metrics that New makes, none of
+// the components Run wires once its clients are open.
 func webRoutes(t *testing.T, set map[string]string) http.Handler {
 	t.Helper()
 	env := baseEnv()
@@ -29,7 +31,7 @@ func webRoutes(t *testing.T, set map[string]string) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g.routes()
+	return newAPI(g.cfg, g.verifier, g.signer, g.gate, nil, nil, nil, nil, nil, nil, g.log, g.m, g.now).routes()
 }
 
 func TestWebConfig(t *testing.T) {

@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -19,13 +21,68 @@ import (
 	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-// storeTimeout bounds each store read a request makes.
-const storeTimeout = 3 * time.Second
+// producer is the Kafka client as the uplink uses it (a *kgo.Client).
+// Produce buffers r and returns; it blocks only while the client holds its
+// maximum of buffered records. promise runs once, on the client's promise
+// goroutine, with Kafka's answer (acks=all) or the record's failure; ctx
+// bounds the record's life until Kafka acknowledges it.
+type producer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+}
+
+// commandStore is what prepare reads from the message store besides
+// membership (lookups). Each call blocks on PostgreSQL; ctx bounds it.
+type commandStore interface {
+	// target returns the event at (session, seq), false when the store
+	// does not hold it (yet).
+	target(ctx context.Context, session string, seq int64) (target, bool, error)
+	// creation returns the session_create of session, false when the
+	// store holds none.
+	creation(ctx context.Context, session string) (creation, bool, error)
+	// Session reports whether session exists (store.Store.Session).
+	Session(ctx context.Context, sessionID, userID string) (store.SessionState, bool, error)
+}
+
+// commandAcks is the ACK bookkeeping a command goes through (waiters):
+// add before its produce, produced with Kafka's answer, remove when the
+// command stops waiting. None of them block.
+type commandAcks interface {
+	add(k ackKey, now time.Time) *pending
+	produced(p *pending, partition int32, offset int64)
+	remove(p *pending)
+}
+
+// uplink turns a client's command into an uplink in im.uplink.v1 and its
+// ACK: prepare checks it against the store and builds the uplink, submit
+// registers its waiter and produces it, await waits for Kafka and then
+// for the seq. A command is in flight from begin to done; the drain waits
+// for every one.
+type uplink struct {
+	cfg     Config
+	gate    *gate
+	kafka   producer
+	members memberChecker
+	store   commandStore
+	acks    commandAcks
+	tracer  trace.Tracer // nil: tracing off
+	log     *slog.Logger
+	m       *metrics
+	now     func() time.Time
+
+	inflight sync.WaitGroup // commands between begin and done, all transports
+}
+
+func newUplink(cfg Config, gate *gate, kafka producer, members memberChecker, st commandStore, acks commandAcks,
+	tracer trace.Tracer, log *slog.Logger, m *metrics, now func() time.Time) *uplink {
+	return &uplink{cfg: cfg, gate: gate, kafka: kafka, members: members, store: st, acks: acks,
+		tracer: tracer, log: log, m: m, now: now}
+}
 
 // isCommand reports whether op produces an uplink and is answered by an ACK.
 func isCommand(op string) bool {
@@ -55,61 +112,60 @@ func groupSessionID(creator, clientMsgID string) string {
 	return "g-" + hex.EncodeToString(h[:16])
 }
 
-// beginCommand counts a command as in flight unless the gateway drains.
-func (g *Gateway) beginCommand() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.draining.Load() {
-		return false
-	}
-	g.inflight.Add(1)
-	return true
-}
+// begin counts a command as in flight unless the gateway drains. After a
+// true, the caller must call done once the command is answered.
+func (u *uplink) begin() bool { return u.gate.admit(func() { u.inflight.Add(1) }) }
+
+// done ends a command begin admitted.
+func (u *uplink) done() { u.inflight.Done() }
+
+// wait blocks until no command is in flight.
+func (u *uplink) wait() { u.inflight.Wait() }
 
 // prepare checks a command against the store and builds its uplink. It
 // blocks on store reads (bounded by storeTimeout).
-func (g *Gateway) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (*imv1.Uplink, *apierr.Error) {
+func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (*imv1.Uplink, *apierr.Error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	up := &imv1.Uplink{
 		SessionId: f.SessionID, ClientMsgId: f.ClientMsgID, SenderUserId: p.UserID, SenderDeviceId: p.DeviceID,
-		GatewayId: g.cfg.GatewayID, ClientTsMs: f.ClientTs, GatewayTsMs: g.now().UnixMilli(),
+		GatewayId: u.cfg.GatewayID, ClientTsMs: f.ClientTs, GatewayTsMs: u.now().UnixMilli(),
 	}
 	switch f.Op {
 	case wire.OpSend:
-		if err := g.requireMember(ctx, f.SessionID, p.UserID); err != nil {
+		if err := requireMember(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
 			return nil, err
 		}
-		body, err := wire.ContentBytes(f.Type, f.Body, g.cfg.Limits.MaxBodyBytes)
+		body, err := wire.ContentBytes(f.Type, f.Body, u.cfg.Limits.MaxBodyBytes)
 		if err != nil {
 			return nil, err
 		}
 		up.Command = &imv1.Uplink_Message{Message: &imv1.MessageContent{Type: f.Type, Body: body}}
 	case wire.OpEdit, wire.OpRecall:
-		if err := g.requireMember(ctx, f.SessionID, p.UserID); err != nil {
+		if err := requireMember(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
 			return nil, err
 		}
-		if err := g.checkTarget(ctx, p, f); err != nil {
+		if err := u.checkTarget(ctx, p, f); err != nil {
 			return nil, err
 		}
 		if f.Op == wire.OpRecall {
 			up.Command = &imv1.Uplink_Recall{Recall: &imv1.Recall{TargetSeq: f.TargetSeq}}
 			break
 		}
-		body, err := wire.ContentBytes(f.Type, f.Body, g.cfg.Limits.MaxBodyBytes)
+		body, err := wire.ContentBytes(f.Type, f.Body, u.cfg.Limits.MaxBodyBytes)
 		if err != nil {
 			return nil, err
 		}
 		up.Command = &imv1.Uplink_Edit{Edit: &imv1.Edit{TargetSeq: f.TargetSeq, Content: &imv1.MessageContent{Type: f.Type, Body: body}}}
 	case wire.OpCreateSession:
-		sc, err := g.checkCreate(ctx, p, f)
+		sc, err := u.checkCreate(ctx, p, f)
 		if err != nil {
 			return nil, err
 		}
 		up.SessionId = f.SessionID
 		up.Command = &imv1.Uplink_SessionCreate{SessionCreate: sc}
 	case wire.OpMembers:
-		if err := g.requireMember(ctx, f.SessionID, p.UserID); err != nil {
+		if err := requireMember(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
 			return nil, err
 		}
 		if strings.HasPrefix(f.SessionID, "d-") {
@@ -126,22 +182,10 @@ func (g *Gateway) prepare(ctx context.Context, p auth.Principal, f *wire.ClientF
 	return up, nil
 }
 
-func (g *Gateway) requireMember(ctx context.Context, session, user string) *apierr.Error {
-	ok, err := g.members.IsMember(ctx, session, user)
-	if err != nil {
-		g.log.Warn("membership check failed", "session_id", session, "user_id", user, "err", err)
-		return storeError(err)
-	}
-	if !ok {
-		return apierr.New(imv1.ErrorCode_ERROR_CODE_NOT_A_MEMBER, "")
-	}
-	return nil
-}
-
 // checkTarget enforces edit and recall rules: the target is a chat message
 // of the caller, not recalled, and inside the window.
-func (g *Gateway) checkTarget(ctx context.Context, p auth.Principal, f *wire.ClientFrame) *apierr.Error {
-	t, found, err := lookupTarget(ctx, g.pool, g.store.Schema(), f.SessionID, f.TargetSeq)
+func (u *uplink) checkTarget(ctx context.Context, p auth.Principal, f *wire.ClientFrame) *apierr.Error {
+	t, found, err := u.store.target(ctx, f.SessionID, f.TargetSeq)
 	switch {
 	case err != nil:
 		return storeError(err)
@@ -154,11 +198,11 @@ func (g *Gateway) checkTarget(ctx context.Context, p auth.Principal, f *wire.Cli
 	case t.recalled:
 		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "seq %d is recalled", f.TargetSeq)
 	}
-	window := g.cfg.EditWindow
+	window := u.cfg.EditWindow
 	if f.Op == wire.OpRecall {
-		window = g.cfg.RecallWindow
+		window = u.cfg.RecallWindow
 	}
-	if age := g.now().Sub(time.UnixMilli(t.serverTsMs)); age > window {
+	if age := u.now().Sub(time.UnixMilli(t.serverTsMs)); age > window {
 		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_EDIT_WINDOW_CLOSED, "the message is %s old; %s is allowed within %s", age.Round(time.Second), f.Op, window)
 	}
 	return nil
@@ -168,7 +212,7 @@ func (g *Gateway) checkTarget(ctx context.Context, p auth.Principal, f *wire.Cli
 // create when the session does not exist yet, or when it exists because of
 // this very command (a retry, which the sequencer answers with the
 // original seq).
-func (g *Gateway) checkCreate(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (*imv1.SessionCreate, *apierr.Error) {
+func (u *uplink) checkCreate(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (*imv1.SessionCreate, *apierr.Error) {
 	sc := &imv1.SessionCreate{Title: f.Title}
 	switch f.Kind {
 	case wire.KindDirect:
@@ -182,11 +226,11 @@ func (g *Gateway) checkCreate(ctx context.Context, p auth.Principal, f *wire.Cli
 		f.SessionID = groupSessionID(p.UserID, f.ClientMsgID)
 		sc.Kind = imv1.SessionKind_SESSION_KIND_GROUP
 		sc.MemberUserIds = dedupe(append([]string{p.UserID}, f.MemberUserIDs...))
-		if len(sc.MemberUserIds) > g.cfg.Limits.MaxMembers {
-			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "a group starts with at most %d members", g.cfg.Limits.MaxMembers)
+		if len(sc.MemberUserIds) > u.cfg.Limits.MaxMembers {
+			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "a group starts with at most %d members", u.cfg.Limits.MaxMembers)
 		}
 	}
-	c, found, err := lookupCreation(ctx, g.pool, g.store.Schema(), f.SessionID)
+	c, found, err := u.store.creation(ctx, f.SessionID)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -196,7 +240,7 @@ func (g *Gateway) checkCreate(ctx context.Context, p auth.Principal, f *wire.Cli
 		}
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_SESSION_EXISTS, "session %s exists", f.SessionID)
 	}
-	_, exists, err := g.store.Session(ctx, f.SessionID, p.UserID)
+	_, exists, err := u.store.Session(ctx, f.SessionID, p.UserID)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -209,8 +253,8 @@ func (g *Gateway) checkCreate(ctx context.Context, p auth.Principal, f *wire.Cli
 // submit registers the command's ACK waiter, then produces its uplink. The
 // returned channel yields Kafka's answer (nil once the uplink is durable
 // with acks=all). Calls from one goroutine keep their order in the log.
-func (g *Gateway) submit(up *imv1.Uplink, traceparent string) (*pending, <-chan error) {
-	pend := g.waiters.add(ackKey{up.SessionId, up.ClientMsgId, up.SenderUserId}, g.now())
+func (u *uplink) submit(up *imv1.Uplink, traceparent string) (*pending, <-chan error) {
+	pend := u.acks.add(ackKey{up.SessionId, up.ClientMsgId, up.SenderUserId}, u.now())
 	produced := make(chan error, 1)
 	v, err := proto.Marshal(up)
 	if err != nil {
@@ -221,9 +265,9 @@ func (g *Gateway) submit(up *imv1.Uplink, traceparent string) (*pending, <-chan 
 	// if it gave one) is what the uplink carries; with it off the client's
 	// traceparent goes on as is. Either way every uplink has one.
 	var span trace.Span
-	if g.tracer != nil {
+	if u.tracer != nil {
 		var sctx context.Context
-		sctx, span = g.tracer.Start(telemetry.FromTraceparent(context.Background(), traceparent), "producer-gw.send",
+		sctx, span = u.tracer.Start(telemetry.FromTraceparent(context.Background(), traceparent), "producer-gw.send",
 			trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attribute.String("session_id", up.SessionId)))
 		if tp := telemetry.Traceparent(sctx); tp != "" {
 			traceparent = tp
@@ -233,21 +277,17 @@ func (g *Gateway) submit(up *imv1.Uplink, traceparent string) (*pending, <-chan 
 		traceparent = newTraceparent()
 	}
 	rec := &kgo.Record{
-		Topic: g.cfg.Topics.Uplink, Key: []byte(up.SessionId), Value: v,
+		Topic: u.cfg.Topics.Uplink, Key: []byte(up.SessionId), Value: v,
 		Headers: eventlog.Headers(uplinkType(up), "seqflow.im.v1.Uplink", service, traceparent),
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ProduceTimeout)
-	g.kc.Produce(ctx, rec, func(r *kgo.Record, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), u.cfg.ProduceTimeout)
+	u.kafka.Produce(ctx, rec, func(r *kgo.Record, err error) {
 		cancel()
 		if err == nil {
-			if early, ok := pend.produced(r.Partition, r.Offset); ok {
-				g.waiters.remove(pend)
-				g.m.seqResults.WithLabelValues(early.source, "true").Inc()
-				g.m.seqEarly.Inc()
-			}
+			u.acks.produced(pend, r.Partition, r.Offset)
 		}
-		g.m.produceSecs.Observe(time.Since(start).Seconds())
+		u.m.produceSecs.Observe(time.Since(start).Seconds())
 		if span != nil {
 			if err != nil {
 				span.RecordError(err)
@@ -263,122 +303,61 @@ func (g *Gateway) submit(up *imv1.Uplink, traceparent string) (*pending, <-chan 
 // await waits for the uplink to be durable, then for its seq until
 // AckWait after the command arrived. Past that it answers "accepted" and,
 // when notice is set, hands the seq to notice when it comes.
-func (g *Gateway) await(pend *pending, produced <-chan error, f *wire.ClientFrame, notice func(wire.Ack)) (wire.Ack, *apierr.Error) {
+func (u *uplink) await(pend *pending, produced <-chan error, f *wire.ClientFrame, notice func(wire.Ack)) (wire.Ack, *apierr.Error) {
 	ack := wire.Ack{Op: wire.OpAck, ReqID: f.ReqID, ClientMsgID: f.ClientMsgID, SessionID: f.SessionID}
 	if err := <-produced; err != nil {
-		g.waiters.remove(pend)
-		g.log.Warn("produce uplink", "session_id", f.SessionID, "client_msg_id", f.ClientMsgID, "err", err)
+		u.acks.remove(pend)
+		u.log.Warn("produce uplink", "session_id", f.SessionID, "client_msg_id", f.ClientMsgID, "err", err)
 		return ack, produceError(err)
 	}
 	fill := func(a wire.Ack, r seqResult) wire.Ack {
 		a.Status, a.Seq, a.MsgID, a.ServerTs, a.Duplicate = wire.StatusOK, r.seq, strconv.FormatInt(r.msgID, 10), r.serverTs, r.duplicate
 		return a
 	}
-	producedAt := g.now()
-	t := time.NewTimer(time.Until(pend.started.Add(g.cfg.AckWait)))
+	producedAt := u.now()
+	t := time.NewTimer(time.Until(pend.started.Add(u.cfg.AckWait)))
 	defer t.Stop()
 	select {
 	case r := <-pend.ch:
 		if !r.duplicate {
-			now := g.now()
-			g.m.ackStages.WithLabelValues("produce").Observe(producedAt.Sub(pend.started).Seconds())
-			g.m.ackStages.WithLabelValues("seq_wait").Observe(now.Sub(producedAt).Seconds())
-			g.m.ackStages.WithLabelValues("from_sequencer").Observe(max(0, now.Sub(time.UnixMilli(r.serverTs)).Seconds()))
+			now := u.now()
+			u.m.ackStages.WithLabelValues("produce").Observe(producedAt.Sub(pend.started).Seconds())
+			u.m.ackStages.WithLabelValues("seq_wait").Observe(now.Sub(producedAt).Seconds())
+			u.m.ackStages.WithLabelValues("from_sequencer").Observe(max(0, now.Sub(time.UnixMilli(r.serverTs)).Seconds()))
 		}
-		return g.countAck(fill(ack, r), pend.started), nil
+		return u.countAck(fill(ack, r), pend.started), nil
 	case <-t.C:
 	}
 	if notice == nil {
-		g.waiters.remove(pend)
+		u.acks.remove(pend)
 		select {
 		case r := <-pend.ch:
-			return g.countAck(fill(ack, r), pend.started), nil
+			return u.countAck(fill(ack, r), pend.started), nil
 		default:
 		}
 	} else {
 		late := ack
 		late.Op, late.ReqID = wire.OpSeqNotice, ""
 		r, raced := pend.toNotice(func(r seqResult) {
-			g.m.notices.Inc()
+			u.m.notices.Inc()
 			notice(fill(late, r))
-		}, g.now().Add(g.cfg.NoticeTTL))
+		}, u.now().Add(u.cfg.NoticeTTL))
 		if raced {
-			return g.countAck(fill(ack, r), pend.started), nil
+			return u.countAck(fill(ack, r), pend.started), nil
 		}
 	}
 	ack.Status = wire.StatusAccepted
-	return g.countAck(ack, pend.started), nil
+	return u.countAck(ack, pend.started), nil
 }
 
-func (g *Gateway) countAck(a wire.Ack, started time.Time) wire.Ack {
+func (u *uplink) countAck(a wire.Ack, started time.Time) wire.Ack {
 	status := a.Status
 	if a.Duplicate {
 		status = "duplicate"
 	}
-	g.m.acks.WithLabelValues(status).Inc()
-	g.m.ackSeconds.WithLabelValues(status).Observe(g.now().Sub(started).Seconds())
+	u.m.acks.WithLabelValues(status).Inc()
+	u.m.ackSeconds.WithLabelValues(status).Observe(u.now().Sub(started).Seconds())
 	return a
-}
-
-// query answers sync, changes and read.
-func (g *Gateway) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (any, *apierr.Error) {
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	defer cancel()
-	switch f.Op {
-	case wire.OpSync:
-		if err := g.requireMember(ctx, f.SessionID, p.UserID); err != nil {
-			return nil, err
-		}
-		msgs, err := g.store.MessagesAfter(ctx, f.SessionID, f.AfterSeq, f.Limit+1)
-		if err != nil {
-			return nil, storeError(err)
-		}
-		res := wire.SyncResult{Op: wire.OpResult, ReqID: f.ReqID, SessionID: f.SessionID, Messages: []wire.Message{}}
-		if len(msgs) > f.Limit {
-			msgs, res.HasMore = msgs[:f.Limit], true
-		}
-		for _, m := range msgs {
-			res.Messages = append(res.Messages, fromStored(m))
-		}
-		return res, nil
-	case wire.OpChanges:
-		states, err := g.store.Changes(ctx, p.UserID)
-		if err != nil {
-			return nil, storeError(err)
-		}
-		res := wire.ChangesResult{Op: wire.OpResult, ReqID: f.ReqID, Sessions: make([]wire.SessionChange, 0, len(states))}
-		for _, s := range states {
-			if !g.members.mayReceive(s.SessionID, p.UserID, s.MaxSeq) {
-				continue
-			}
-			res.Sessions = append(res.Sessions, wire.SessionChange{SessionID: s.SessionID, MaxSeq: s.MaxSeq, ReadSeq: s.ReadSeq, Preview: s.LastPreview})
-		}
-		return res, nil
-	case wire.OpRead:
-		if err := g.requireMember(ctx, f.SessionID, p.UserID); err != nil {
-			return nil, err
-		}
-		r := &imv1.ReadReceipt{SessionId: f.SessionID, UserId: p.UserID, DeviceId: p.DeviceID, ReadSeq: f.Seq, TsMs: g.now().UnixMilli()}
-		if err := g.produceReceipt(ctx, f.SessionID, "read_receipt", "seqflow.im.v1.ReadReceipt", r); err != nil {
-			return nil, produceError(err)
-		}
-		g.m.receipts.WithLabelValues("read").Inc()
-		return wire.OK{Op: wire.OpResult, ReqID: f.ReqID}, nil
-	}
-	return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "op %q is not a query", f.Op)
-}
-
-// produceReceipt produces one receipt and waits for Kafka's answer.
-func (g *Gateway) produceReceipt(ctx context.Context, session, eventType, schema string, m proto.Message) error {
-	v, err := proto.Marshal(m)
-	if err != nil {
-		return err
-	}
-	rec := &kgo.Record{Topic: g.cfg.Topics.Receipts, Key: []byte(session), Value: v,
-		Headers: eventlog.Headers(eventType, schema, service, "")}
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.ProduceTimeout)
-	defer cancel()
-	return g.kc.ProduceSync(ctx, rec).FirstErr()
 }
 
 func uplinkType(u *imv1.Uplink) string {

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/apierr"
+	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// storeTimeout bounds each store read a request makes.
+const storeTimeout = 3 * time.Second
+
+// api is the client API: the WebSocket endpoint (serveWS, one conn per
+// socket) and the HTTP calls (routes), both taking the frames of
+// docs/protocol.md. It authenticates, rate-limits and hands each frame to
+// the component that answers it: commands to the uplink, sync and changes
+// to the history, receipts to the receipts.
+type api struct {
+	cfg      Config
+	verifier *auth.Verifier
+	signer   *auth.Signer // dev login only
+	gate     *gate
+	hub      *hub
+	presence presenceWriter
+	limits   *limiters
+	up       *uplink
+	history  *history
+	receipts *receipts
+	log      *slog.Logger
+	m        *metrics
+	now      func() time.Time
+}
+
+func newAPI(cfg Config, verifier *auth.Verifier, signer *auth.Signer, gate *gate, hub *hub, pw presenceWriter, limits *limiters,
+	up *uplink, history *history, receipts *receipts, log *slog.Logger, m *metrics, now func() time.Time) *api {
+	return &api{cfg: cfg, verifier: verifier, signer: signer, gate: gate, hub: hub, presence: pw, limits: limits,
+		up: up, history: history, receipts: receipts, log: log, m: m, now: now}
+}
+
+// query answers sync, changes and read, each within storeTimeout.
+func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (any, *apierr.Error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	var (
+		res  any
+		aerr *apierr.Error
+	)
+	switch f.Op {
+	case wire.OpSync:
+		res, aerr = a.history.sync(ctx, p, f)
+	case wire.OpChanges:
+		res, aerr = a.history.changes(ctx, p, f)
+	case wire.OpRead:
+		res, aerr = a.receipts.read(ctx, p, f)
+	default:
+		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "op %q is not a query", f.Op)
+	}
+	if aerr != nil {
+		return nil, aerr
+	}
+	return res, nil
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/seqflow/seqflow/internal/delivery"
+	"github.com/seqflow/seqflow/internal/telemetry"
+	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// seqSink takes the seqs that arrive for commands (waiters.resolveSeq).
+// It does not block.
+type seqSink interface {
+	resolveSeq(source string, k ackKey, r seqResult)
+}
+
+// eventMembers is the membership cache as delivery uses it: it learns
+// from each event, then says who may receive it. Neither blocks (memory
+// only).
+type eventMembers interface {
+	observe(ev *imv1.SequencedEvent)
+	mayReceive(session, user string, seq int64) bool
+}
+
+// connIndex finds an open connection by ID (hub); nil when there is none.
+// It does not block.
+type connIndex interface {
+	conn(id string) *conn
+}
+
+// downlink is the push path: it takes the PushBatches addressed to this
+// gateway from the push transport and hands each item on, in one
+// direction: the seq of an event, duplicate ACK or direct ACK to the
+// waiters; a membership event to the membership cache; an event to the
+// recipients' connections, which write it in seq order.
+type downlink struct {
+	gatewayID string
+	recv      delivery.Receiver
+	seqs      seqSink
+	members   eventMembers
+	conns     connIndex
+	tracer    trace.Tracer // nil: tracing off
+	log       *slog.Logger
+	m         *metrics
+}
+
+func newDownlink(gatewayID string, recv delivery.Receiver, seqs seqSink, members eventMembers, conns connIndex,
+	tracer trace.Tracer, log *slog.Logger, m *metrics) *downlink {
+	return &downlink{gatewayID: gatewayID, recv: recv, seqs: seqs, members: members, conns: conns, tracer: tracer, log: log, m: m}
+}
+
+// Run receives this gateway's batches until ctx ends, and returns
+// ctx.Err(), or the transport's error if it stops by itself.
+func (d *downlink) Run(ctx context.Context) error {
+	return d.recv.Receive(ctx, d.gatewayID, d.onBatch)
+}
+
+// onBatch takes one PushBatch from the transport. It only touches memory
+// (waiters, membership, connection queues), so it returns quickly as
+// delivery.Handler requires.
+func (d *downlink) onBatch(b *imv1.PushBatch) {
+	// The sequencer's batches carry direct ACKs only (sequencer/README.md,
+	// "Direct ACKs"); the push lag is the pushers'.
+	source := "pusher"
+	if b.Sender == "sequencer" {
+		source = "sequencer"
+	}
+	if b.SentTsMs > 0 && source == "pusher" {
+		d.m.pushLag.Observe(max(0, time.Since(time.UnixMilli(b.SentTsMs)).Seconds()))
+	}
+	for _, it := range b.Items {
+		switch x := it.Item.(type) {
+		case *imv1.PushItem_Event:
+			d.onEvent(x.Event, it.Recipients, it.Traceparent)
+		case *imv1.PushItem_Duplicate:
+			dup := x.Duplicate
+			d.seqs.resolveSeq(source, ackKey{dup.SessionId, dup.ClientMsgId, dup.SenderUserId},
+				seqResult{seq: dup.Seq, msgID: dup.MsgId, serverTs: dup.OriginalServerTsMs, duplicate: true})
+		case *imv1.PushItem_Ack:
+			a := x.Ack
+			d.seqs.resolveSeq(source, ackKey{a.SessionId, a.ClientMsgId, a.SenderUserId},
+				seqResult{seq: a.Seq, msgID: a.MsgId, serverTs: a.ServerTsMs,
+					uplink: uplinkPos{a.UplinkPartition, a.UplinkOffset, true}})
+		}
+	}
+}
+
+// onEvent delivers one event; with tracing on, its delivery span is a
+// child of the event's traceparent (the send span of its uplink).
+func (d *downlink) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient, traceparent string) {
+	if d.tracer != nil {
+		_, span := d.tracer.Start(telemetry.FromTraceparent(context.Background(), traceparent), "producer-gw.deliver",
+			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+				attribute.String("session_id", ev.SessionId), attribute.Int64("seq", ev.Seq), attribute.Int("recipients", len(recipients))))
+		defer span.End()
+	}
+	d.members.observe(ev)
+	d.seqs.resolveSeq("pusher", ackKey{ev.SessionId, ev.ClientMsgId, ev.SenderUserId},
+		seqResult{seq: ev.Seq, msgID: ev.MsgId, serverTs: ev.ServerTsMs,
+			uplink: uplinkPos{ev.UplinkPartition, ev.UplinkOffset, true}})
+	var frame []byte
+	for _, r := range recipients {
+		c := d.conns.conn(r.ConnId)
+		if c == nil || c.p.UserID != r.UserId {
+			d.m.pushItems.WithLabelValues("dropped_no_conn").Inc()
+			continue
+		}
+		if !d.members.mayReceive(ev.SessionId, r.UserId, ev.Seq) {
+			d.m.pushItems.WithLabelValues("dropped_not_member").Inc()
+			continue
+		}
+		if frame == nil {
+			var err error
+			ef := wire.EventFrame{Op: wire.OpEvent, Event: wire.FromEvent(ev)}
+			if frame, err = ef.AppendJSON(nil); err != nil {
+				d.log.Error("encode event frame", "session_id", ev.SessionId, "seq", ev.Seq, "err", err)
+				return
+			}
+		}
+		d.m.pushItems.WithLabelValues(c.deliver(ev.SessionId, ev.Seq, frame)).Inc()
+	}
+}
+
+// pushReceivers is how batches reach this gateway: Redis pub/sub always,
+// and the pushers' direct TCP stream unless GATEWAY_PUSH_ADDR is "off"
+// (pusher/README.md, "Transport"). ready closes once every one of them
+// can take batches.
+func pushReceivers(cfg Config, rdb redis.UniversalClient, log *slog.Logger, m *metrics) (delivery.Receiver, <-chan struct{}) {
+	ready := make(chan struct{})
+	n := 1
+	if cfg.PushAddr != "off" {
+		n++
+	}
+	var mu sync.Mutex
+	up := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if n--; n == 0 {
+			close(ready)
+		}
+	}
+	var once sync.Once
+	rs := []delivery.Receiver{countingReceiver{delivery.NewRedisReceiver(rdb, delivery.RedisReceiverOptions{
+		Log: log, OnBadBatch: func(error) { m.badBatches.Inc() },
+		OnSubscribed: func() { once.Do(up) },
+	}), m.pushBatches.WithLabelValues("redis")}}
+	if cfg.PushAddr != "off" {
+		rs = append(rs, countingReceiver{delivery.NewTCPReceiver(delivery.NewRedisRegistry(rdb), delivery.TCPReceiverOptions{
+			ListenAddr: cfg.PushAddr, AdvertiseAddr: cfg.PushAdvertise, Log: log,
+			OnBadBatch: func(error) { m.badBatches.Inc() },
+			OnRegistered: func(addr string) {
+				log.Info("push stream listening", "addr", addr)
+				up()
+			},
+		}), m.pushBatches.WithLabelValues("tcp")})
+	}
+	return delivery.Fanin(rs...), ready
+}
+
+// countingReceiver counts the batches one transport brings.
+type countingReceiver struct {
+	delivery.Receiver
+	n prometheus.Counter
+}
+
+func (r countingReceiver) Receive(ctx context.Context, gatewayID string, h delivery.Handler) error {
+	return r.Receiver.Receive(ctx, gatewayID, func(b *imv1.PushBatch) {
+		r.n.Inc()
+		h(b)
+	})
+}
+
+var (
+	_ seqSink      = (*waiters)(nil)
+	_ eventMembers = (*membership)(nil)
+	_ connIndex    = (*hub)(nil)
+)

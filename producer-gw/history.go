@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+
+	"github.com/seqflow/seqflow/internal/apierr"
+	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/wire"
+)
+
+// historyStore is the message store as sync and changes read it (a
+// *store.Store). Each call blocks on PostgreSQL; ctx bounds it.
+type historyStore interface {
+	MessagesAfter(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Message, error)
+	Changes(ctx context.Context, userID string) ([]store.SessionState, error)
+}
+
+// historyMembers is the membership cache as history uses it: IsMember may
+// block on PostgreSQL (ctx bounds it); mayReceive only reads memory.
+type historyMembers interface {
+	memberChecker
+	mayReceive(session, user string, seq int64) bool
+}
+
+// history answers sync and changes from the message store (the
+// persister's projection), so a client can always fill the gaps the push
+// path leaves.
+type history struct {
+	store   historyStore
+	members historyMembers
+	log     *slog.Logger
+}
+
+func newHistory(st historyStore, members historyMembers, log *slog.Logger) *history {
+	return &history{store: st, members: members, log: log}
+}
+
+// sync returns a page of a session's messages after f.AfterSeq, to a member.
+func (h *history) sync(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.SyncResult, *apierr.Error) {
+	res := wire.SyncResult{Op: wire.OpResult, ReqID: f.ReqID, SessionID: f.SessionID, Messages: []wire.Message{}}
+	if err := requireMember(ctx, h.members, h.log, f.SessionID, p.UserID); err != nil {
+		return res, err
+	}
+	msgs, err := h.store.MessagesAfter(ctx, f.SessionID, f.AfterSeq, f.Limit+1)
+	if err != nil {
+		return res, storeError(err)
+	}
+	if len(msgs) > f.Limit {
+		msgs, res.HasMore = msgs[:f.Limit], true
+	}
+	for _, m := range msgs {
+		res.Messages = append(res.Messages, fromStored(m))
+	}
+	return res, nil
+}
+
+// changes returns the user's sessions with their max and read seqs,
+// leaving out those the gateway saw the user leave.
+func (h *history) changes(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.ChangesResult, *apierr.Error) {
+	states, err := h.store.Changes(ctx, p.UserID)
+	if err != nil {
+		return wire.ChangesResult{}, storeError(err)
+	}
+	res := wire.ChangesResult{Op: wire.OpResult, ReqID: f.ReqID, Sessions: make([]wire.SessionChange, 0, len(states))}
+	for _, s := range states {
+		if !h.members.mayReceive(s.SessionID, p.UserID, s.MaxSeq) {
+			continue
+		}
+		res.Sessions = append(res.Sessions, wire.SessionChange{SessionID: s.SessionID, MaxSeq: s.MaxSeq, ReadSeq: s.ReadSeq, Preview: s.LastPreview})
+	}
+	return res, nil
+}
+
+// fromStored renders a store row for sync, in its current state.
+func fromStored(m store.Message) wire.Message {
+	out := wire.Message{
+		SessionID: m.SessionID, Seq: m.Seq, MsgID: strconv.FormatInt(m.MsgID, 10), ClientMsgID: m.ClientMsgID,
+		SenderUserID: m.SenderUserID, SenderDeviceID: m.SenderDeviceID, ServerTs: m.ServerTsMs, Kind: m.Kind,
+		TargetSeq: m.TargetSeq, Edited: m.EditedSeq > 0, Recalled: m.RecalledSeq > 0,
+	}
+	switch m.Kind {
+	case wire.KindMessage, wire.KindEdit:
+		out.Type = m.ContentType
+		if !out.Recalled && m.Body != nil {
+			out.Body = wire.BodyJSON(m.ContentType, m.Body)
+		}
+	case wire.KindSessionCreate:
+		out.SessionKind, out.Title, out.UserIDs = m.SessionKind, m.Title, m.MemberIDs
+	case wire.KindMembership:
+		out.Action, out.UserIDs = m.MemberOp, m.MemberIDs
+	}
+	return out
+}
+
+var (
+	_ historyStore   = (*store.Store)(nil)
+	_ historyMembers = (*membership)(nil)
+)
