@@ -4,7 +4,11 @@
 # hot paths' fast codec, see schemas/README.md) come from go.mod's tool
 # directives, protoc from Debian's
 # protobuf-compiler (checked below, since its version lands in the output).
-# OUT overrides the output folder (the staleness test generates into a temp dir).
+# It also writes schemas/seqflow.binpb, a FileDescriptorSet of every .proto
+# with imports and source info (comments), for tools that decode records
+# without generated code (protoc --decode, other languages; docs/analytics.md).
+# OUT overrides the output folder of both (the staleness tests generate
+# into a temp dir).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -19,6 +23,7 @@ if [ "$have" != "$want_protoc" ]; then
   exit 1
 fi
 out=${OUT:-$here/imv1}
+descriptors=${OUT:-$here}/seqflow.binpb
 mkdir -p "$out"
 plugin=$(mktemp -d)
 trap 'rm -rf "$plugin"' EXIT
@@ -32,6 +37,7 @@ protoc --plugin=protoc-gen-go="$plugin/protoc-gen-go" \
   --go-vtproto_out="$out" --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size \
   --go-vtproto_opt=Mseqflow/im/v1/content.proto=github.com/seqflow/seqflow/schemas/imv1 \
   seqflow/im/v1/*.proto
+protoc --descriptor_set_out="$descriptors" --include_imports --include_source_info seqflow/im/v1/*.proto
 # paths=source_relative keeps the proto folders; flatten into the package folder.
 mv "$out"/seqflow/im/v1/*.pb.go "$out"/
 rm -rf "$out/seqflow"
