@@ -16,6 +16,7 @@ import (
 
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/testkit/logcheck"
 	"github.com/seqflow/seqflow/schemas"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -138,29 +139,11 @@ func TestDeadLettersKeepRecordsByteForByte(t *testing.T) {
 	}
 }
 
-// requireSameRecord fails unless dl carries rec's key, value and headers
-// byte for byte, and its timestamp.
+// requireSameRecord fails unless dl carries rec byte for byte.
 func requireSameRecord(t *testing.T, dl *imv1.DeadLetter, rec *kgo.Record) {
 	t.Helper()
-	if !bytes.Equal(dl.OriginalKey, rec.Key) {
-		t.Errorf("original key %q, want %q", dl.OriginalKey, rec.Key)
-	}
-	if !bytes.Equal(dl.OriginalValue, rec.Value) {
-		t.Errorf("original value %q, want %q", dl.OriginalValue, rec.Value)
-	}
-	if dl.OriginalTsMs != rec.Timestamp.UnixMilli() {
-		t.Errorf("original timestamp %d, want %d", dl.OriginalTsMs, rec.Timestamp.UnixMilli())
-	}
-	var got []string
-	for _, h := range dl.OriginalHeaders {
-		got = append(got, fmt.Sprintf("%q=%q", string(h.Key), h.Value))
-	}
-	var want []string
-	for _, h := range rec.Headers {
-		want = append(want, fmt.Sprintf("%q=%q", h.Key, h.Value))
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("original headers %v, want %v", got, want)
+	for _, d := range logcheck.DeadLetterDiff(dl, rec) {
+		t.Error(d)
 	}
 }
 

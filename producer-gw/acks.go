@@ -155,16 +155,7 @@ func (w *waiters) produced(p *pending, partition int32, offset int64) {
 // Run forgets notices past their expiry once a second until ctx ends, and
 // returns ctx.Err().
 func (w *waiters) Run(ctx context.Context) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		w.sweep(w.now())
-	}
+	return every(ctx, time.Second, func() { w.sweep(w.now()) })
 }
 
 func (w *waiters) add(k ackKey, now time.Time) *pending {

@@ -344,3 +344,18 @@ func (g *gate) close() {
 // draining reports whether close was called; it does not wait for admits
 // under way.
 func (g *gate) draining() bool { return g.closed.Load() }
+
+// every calls fn each interval until ctx ends, and returns ctx.Err(): the
+// loop of the components' background sweeps.
+func every(ctx context.Context, interval time.Duration, fn func()) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			fn()
+		}
+	}
+}

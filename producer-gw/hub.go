@@ -91,24 +91,17 @@ func (h *hub) wait() { h.wg.Wait() }
 // ctx ends, and returns ctx.Err(). A failed refresh is counted and logged;
 // the next one retries.
 func (h *hub) Run(ctx context.Context) error {
-	t := time.NewTicker(h.ttl / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+	return every(ctx, h.ttl/3, func() {
 		cs := h.all()
 		pcs := make([]presence.Conn, 0, len(cs))
 		for _, c := range cs {
 			pcs = append(pcs, c.presence())
 		}
 		pctx, cancel := context.WithTimeout(ctx, h.ttl/3)
+		defer cancel()
 		if err := h.presence.Put(pctx, pcs...); err != nil {
 			h.m.presenceErrs.Inc()
 			h.log.Warn("refresh presence", "connections", len(pcs), "err", err)
 		}
-		cancel()
-	}
+	})
 }

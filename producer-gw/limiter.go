@@ -54,14 +54,5 @@ func (l *limiters) sweep(now time.Time) {
 
 // Run sweeps once a second until ctx ends, and returns ctx.Err().
 func (l *limiters) Run(ctx context.Context) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		l.sweep(l.now())
-	}
+	return every(ctx, time.Second, func() { l.sweep(l.now()) })
 }

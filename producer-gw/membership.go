@@ -157,14 +157,5 @@ func (m *membership) sweep() {
 // Run drops expired entries once a second until ctx ends, and returns
 // ctx.Err().
 func (m *membership) Run(ctx context.Context) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		m.sweep()
-	}
+	return every(ctx, time.Second, m.sweep)
 }
