@@ -633,9 +633,27 @@ func (c *Client) RemoveMembers(ctx context.Context, session string, users ...str
 
 // Sync returns a page of session's events after afterSeq, in their current
 // state, straight from the gateway (the app's event stream is not touched).
-func (c *Client) Sync(ctx context.Context, session string, afterSeq int64, limit int) ([]Event, bool, error) {
+// more says newer events follow the page.
+func (c *Client) Sync(ctx context.Context, session string, afterSeq int64, limit int) (_ []Event, more bool, _ error) {
 	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpSync, SessionID: session, AfterSeq: afterSeq, Limit: limit})
 	return r.Messages, r.HasMore, err
+}
+
+// SyncBefore returns a page of session's events before beforeSeq, newest
+// first, for scrolling back through history; more says older events
+// precede the page (sync again before its last seq).
+func (c *Client) SyncBefore(ctx context.Context, session string, beforeSeq int64, limit int) (_ []Event, more bool, _ error) {
+	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpSync, SessionID: session, BeforeSeq: beforeSeq, Limit: limit})
+	return r.Messages, r.HasMore, err
+}
+
+// SyncAround returns a page of session's events around seq, in seq order,
+// to jump to a message: the event at seq (or the first after it) and up to
+// (limit-1)/2 older ones. moreBefore and moreAfter say older events precede
+// and newer ones follow the page.
+func (c *Client) SyncAround(ctx context.Context, session string, seq int64, limit int) (_ []Event, moreBefore, moreAfter bool, _ error) {
+	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpSync, SessionID: session, AroundSeq: seq, Limit: limit})
+	return r.Messages, r.HasMoreBefore, r.HasMore, err
 }
 
 // Changes returns every session of the user with its max_seq and read_seq.

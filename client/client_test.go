@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -177,6 +178,66 @@ func TestSDK(t *testing.T) {
 		}
 		if st := a.Stats(); st.Accepted != 2 || st.Resent != 0 {
 			t.Fatalf("stats %+v: want both commands accepted first and none resent (the notices answer them)", st)
+		}
+	})
+
+	t.Run("history pages backward and around a message", func(t *testing.T) {
+		a := p.start(t, user("alice"), "phone", []string{gw.url}, nil)
+		ctx := ctxT(t, 30*time.Second)
+		g, err := a.CreateGroup(ctx, "history")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []int64{g.Seq} // every seq of the session, ascending
+		for i := range 7 {
+			ack, err := a.Send(ctx, g.SessionID, Text(fmt.Sprintf("h%d", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, ack.Seq)
+		}
+		last := want[len(want)-1]
+		for { // the store trails the log by the persister's batch
+			evs, _, err := a.SyncBefore(ctx, g.SessionID, last+1, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) == 1 && evs[0].Seq == last {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the last message never reached the store")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		var back []int64
+		for before := last + 1; ; {
+			evs, more, err := a.SyncBefore(ctx, g.SessionID, before, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs {
+				back = append(back, e.Seq)
+			}
+			if !more {
+				break
+			}
+			before = evs[len(evs)-1].Seq
+		}
+		slices.Reverse(back)
+		if !slices.Equal(back, want) {
+			t.Fatalf("backward pages, reversed: %v, want %v", back, want)
+		}
+		evs, moreBefore, moreAfter, err := a.SyncAround(ctx, g.SessionID, want[4], 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var around []int64
+		for _, e := range evs {
+			around = append(around, e.Seq)
+		}
+		if !slices.Equal(around, want[3:6]) || !moreBefore || !moreAfter {
+			t.Fatalf("around %d: %v (more before %v, after %v), want %v with more on both sides", want[4], around, moreBefore, moreAfter, want[3:6])
 		}
 	})
 

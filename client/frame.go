@@ -15,20 +15,22 @@ const maxServerFrame = 8 << 20
 // serverFrame is any gateway frame, decoded loosely: which fields are set
 // depends on Op (docs/protocol.md, "Frames").
 type serverFrame struct {
-	Op          string               `json:"op"`
-	ReqID       string               `json:"req_id"`
-	ClientMsgID string               `json:"client_msg_id"`
-	SessionID   string               `json:"session_id"`
-	Status      string               `json:"status"`
-	Seq         int64                `json:"seq"`
-	MsgID       string               `json:"msg_id"`
-	ServerTs    int64                `json:"server_ts"`
-	Duplicate   bool                 `json:"duplicate"`
-	Error       *wire.ErrorBody      `json:"error"`
-	Event       *wire.Message        `json:"event"`
-	Messages    []wire.Message       `json:"messages"`
-	HasMore     bool                 `json:"has_more"`
-	Sessions    []wire.SessionChange `json:"sessions"`
+	Op          string          `json:"op"`
+	ReqID       string          `json:"req_id"`
+	ClientMsgID string          `json:"client_msg_id"`
+	SessionID   string          `json:"session_id"`
+	Status      string          `json:"status"`
+	Seq         int64           `json:"seq"`
+	MsgID       string          `json:"msg_id"`
+	ServerTs    int64           `json:"server_ts"`
+	Duplicate   bool            `json:"duplicate"`
+	Error       *wire.ErrorBody `json:"error"`
+	Event       *wire.Message   `json:"event"`
+	Messages    []wire.Message  `json:"messages"`
+	HasMore     bool            `json:"has_more"`
+	// HasMoreBefore: older messages precede an around_seq page.
+	HasMoreBefore bool                 `json:"has_more_before"`
+	Sessions      []wire.SessionChange `json:"sessions"`
 
 	ConnID        string `json:"conn_id"`
 	UserID        string `json:"user_id"`

@@ -246,21 +246,22 @@ func (p *pipeline) token(user, device string, ttl time.Duration) string {
 
 // frame is any server frame, decoded loosely.
 type frame struct {
-	Op          string               `json:"op"`
-	ReqID       string               `json:"req_id"`
-	ClientMsgID string               `json:"client_msg_id"`
-	SessionID   string               `json:"session_id"`
-	Status      string               `json:"status"`
-	Seq         int64                `json:"seq"`
-	MsgID       string               `json:"msg_id"`
-	ServerTs    int64                `json:"server_ts"`
-	Duplicate   bool                 `json:"duplicate"`
-	Error       wire.ErrorBody       `json:"error"`
-	Event       wire.Message         `json:"event"`
-	Messages    []wire.Message       `json:"messages"`
-	HasMore     bool                 `json:"has_more"`
-	Sessions    []wire.SessionChange `json:"sessions"`
-	ConnID      string               `json:"conn_id"`
+	Op            string               `json:"op"`
+	ReqID         string               `json:"req_id"`
+	ClientMsgID   string               `json:"client_msg_id"`
+	SessionID     string               `json:"session_id"`
+	Status        string               `json:"status"`
+	Seq           int64                `json:"seq"`
+	MsgID         string               `json:"msg_id"`
+	ServerTs      int64                `json:"server_ts"`
+	Duplicate     bool                 `json:"duplicate"`
+	Error         wire.ErrorBody       `json:"error"`
+	Event         wire.Message         `json:"event"`
+	Messages      []wire.Message       `json:"messages"`
+	HasMore       bool                 `json:"has_more"`
+	HasMoreBefore bool                 `json:"has_more_before"`
+	Sessions      []wire.SessionChange `json:"sessions"`
+	ConnID        string               `json:"conn_id"`
 }
 
 // client is a WebSocket client as any non-SDK client would write it.

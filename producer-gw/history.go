@@ -15,6 +15,7 @@ import (
 // *store.Store). Each call blocks on PostgreSQL; ctx bounds it.
 type historyStore interface {
 	MessagesAfter(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Message, error)
+	MessagesBefore(ctx context.Context, sessionID string, beforeSeq int64, limit int) ([]store.Message, error)
 	Changes(ctx context.Context, userID string) ([]store.SessionState, error)
 }
 
@@ -38,23 +39,63 @@ func newHistory(st historyStore, members historyMembers, log *slog.Logger) *hist
 	return &history{store: st, members: members, log: log}
 }
 
-// sync returns a page of a session's messages after f.AfterSeq, to a member.
+// sync returns a page of a session's messages to a member: after
+// f.AfterSeq in seq order, before f.BeforeSeq newest first, or around
+// f.AroundSeq (see page).
 func (h *history) sync(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.SyncResult, *apierr.Error) {
 	res := wire.SyncResult{Op: wire.OpResult, ReqID: f.ReqID, SessionID: f.SessionID, Messages: []wire.Message{}}
 	if err := requireMember(ctx, h.members, h.log, f.SessionID, p.UserID); err != nil {
 		return res, err
 	}
-	msgs, err := h.store.MessagesAfter(ctx, f.SessionID, f.AfterSeq, f.Limit+1)
+	msgs, err := h.page(ctx, f, &res)
 	if err != nil {
 		return res, storeError(err)
-	}
-	if len(msgs) > f.Limit {
-		msgs, res.HasMore = msgs[:f.Limit], true
 	}
 	for _, m := range msgs {
 		res.Messages = append(res.Messages, fromStored(m))
 	}
 	return res, nil
+}
+
+// page reads one sync page and sets res's has_more flags. Each side is
+// read one row past the limit, so a full page knows whether more follow.
+//
+// Around a seq, the page holds the message at around_seq (or the first
+// after it) and up to (limit-1)/2 older ones, in seq order; a side with
+// fewer messages leaves its room to the other, so a jump near either end
+// of the history still fills the page.
+func (h *history) page(ctx context.Context, f *wire.ClientFrame, res *wire.SyncResult) ([]store.Message, error) {
+	switch {
+	case f.BeforeSeq > 0:
+		msgs, err := h.store.MessagesBefore(ctx, f.SessionID, f.BeforeSeq, f.Limit+1)
+		if len(msgs) > f.Limit {
+			msgs, res.HasMore = msgs[:f.Limit], true
+		}
+		return msgs, err
+	case f.AroundSeq > 0:
+		before, err := h.store.MessagesBefore(ctx, f.SessionID, f.AroundSeq, f.Limit+1)
+		if err != nil {
+			return nil, err
+		}
+		after, err := h.store.MessagesAfter(ctx, f.SessionID, f.AroundSeq-1, f.Limit+1)
+		if err != nil {
+			return nil, err
+		}
+		nb := min(len(before), f.Limit-min(len(after), f.Limit-(f.Limit-1)/2))
+		na := min(len(after), f.Limit-nb)
+		res.HasMoreBefore, res.HasMore = len(before) > nb, len(after) > na
+		out := make([]store.Message, 0, nb+na)
+		for i := nb - 1; i >= 0; i-- {
+			out = append(out, before[i])
+		}
+		return append(out, after[:na]...), nil
+	default:
+		msgs, err := h.store.MessagesAfter(ctx, f.SessionID, f.AfterSeq, f.Limit+1)
+		if len(msgs) > f.Limit {
+			msgs, res.HasMore = msgs[:f.Limit], true
+		}
+		return msgs, err
+	}
 }
 
 // changes returns the user's sessions with their max and read seqs,

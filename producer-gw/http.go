@@ -156,7 +156,7 @@ func (a *api) serveSyncGet(w http.ResponseWriter, r *http.Request) {
 	for _, param := range []struct {
 		name string
 		dst  *int64
-	}{{"after_seq", &f.AfterSeq}, {"limit", nil}} {
+	}{{"after_seq", &f.AfterSeq}, {"before_seq", &f.BeforeSeq}, {"around_seq", &f.AroundSeq}, {"limit", nil}} {
 		v := q.Get(param.name)
 		if v == "" {
 			continue

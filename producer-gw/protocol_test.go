@@ -7,6 +7,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -251,6 +253,57 @@ func TestProtocol(t *testing.T) {
 			if got[i].Seq <= got[i-1].Seq {
 				t.Fatalf("sync out of order at %d: %d after %d", i, got[i].Seq, got[i-1].Seq)
 			}
+		}
+		seqs := func(ms []wire.Message) []int64 {
+			out := make([]int64, len(ms))
+			for i, m := range ms {
+				out[i] = m.Seq
+			}
+			return out
+		}
+		all := seqs(got) // ascending, the whole history
+		// Backward from the newest, newest first, pages of 4.
+		var back []int64
+		before := last.Seq + 1
+		for page := 0; page < 10; page++ {
+			b.send(map[string]any{"op": "sync", "req_id": "bp", "session_id": sid, "before_seq": before, "limit": 4})
+			r := b.result("bp")
+			if r.Op != wire.OpResult || len(r.Messages) == 0 {
+				t.Fatalf("sync before %d: %+v", before, r)
+			}
+			back = append(back, seqs(r.Messages)...)
+			if !r.HasMore {
+				break
+			}
+			before = r.Messages[len(r.Messages)-1].Seq
+		}
+		want := slices.Clone(all)
+		slices.Reverse(want)
+		if !slices.Equal(back, want) {
+			t.Fatalf("backward paging gave %v, want %v", back, want)
+		}
+		// Around a message in the middle, at the start and at the end.
+		for _, c := range []struct {
+			at, limit             int
+			from, to              int // indexes into all, inclusive
+			moreBefore, moreAfter bool
+		}{
+			{at: 4, limit: 5, from: 2, to: 6, moreBefore: true, moreAfter: true},
+			{at: 0, limit: 5, from: 0, to: 4, moreBefore: false, moreAfter: true},
+			{at: 8, limit: 5, from: 4, to: 8, moreBefore: true, moreAfter: false},
+			{at: 4, limit: 1, from: 4, to: 4, moreBefore: true, moreAfter: true},
+			{at: 4, limit: 50, from: 0, to: 8, moreBefore: false, moreAfter: false},
+		} {
+			b.send(map[string]any{"op": "sync", "req_id": "ar", "session_id": sid, "around_seq": all[c.at], "limit": c.limit})
+			r := b.result("ar")
+			if got, want := seqs(r.Messages), all[c.from:c.to+1]; !slices.Equal(got, want) || r.HasMoreBefore != c.moreBefore || r.HasMore != c.moreAfter {
+				t.Fatalf("sync around %d limit %d: %v has_more_before %v has_more %v, want %v %v %v",
+					all[c.at], c.limit, got, r.HasMoreBefore, r.HasMore, want, c.moreBefore, c.moreAfter)
+			}
+		}
+		b.send(map[string]any{"op": "sync", "req_id": "bad", "session_id": sid, "after_seq": 1, "before_seq": 5})
+		if r := b.result("bad"); r.Op != wire.OpError || r.Error.Name != "invalid_field" {
+			t.Fatalf("sync with after_seq and before_seq: %+v, want invalid_field", r)
 		}
 		// Read receipt moves the read cursor that changes reports.
 		b.send(map[string]any{"op": "read", "req_id": "rd", "session_id": sid, "seq": last.Seq})
@@ -580,6 +633,18 @@ func TestProtocol(t *testing.T) {
 		code, res := call("GET", "/v1/sessions/"+sid+"/messages?after_seq=0&limit=10", "")
 		if code != http.StatusOK || len(res.Messages) != 2 {
 			t.Fatalf("sync over HTTP: %d %+v", code, res)
+		}
+		code, res = call("GET", "/v1/sessions/"+sid+"/messages?before_seq="+strconv.FormatInt(ack.Seq, 10)+"&limit=10", "")
+		if code != http.StatusOK || len(res.Messages) != 1 || res.Messages[0].Kind != wire.KindSessionCreate || res.HasMore {
+			t.Fatalf("sync before over HTTP: %d %+v", code, res)
+		}
+		code, res = call("GET", "/v1/sessions/"+sid+"/messages?around_seq="+strconv.FormatInt(ack.Seq, 10)+"&limit=1", "")
+		if code != http.StatusOK || len(res.Messages) != 1 || res.Messages[0].Seq != ack.Seq || !res.HasMoreBefore || res.HasMore {
+			t.Fatalf("sync around over HTTP: %d %+v", code, res)
+		}
+		code, res = call("GET", "/v1/sessions/"+sid+"/messages?before_seq=x", "")
+		if code != http.StatusBadRequest || res.Error.Name != "invalid_field" {
+			t.Fatalf("sync with a bad before_seq over HTTP: %d %+v", code, res)
 		}
 		code, res = call("GET", "/v1/changes", "")
 		if code != http.StatusOK || len(res.Sessions) != 1 || res.Sessions[0].MaxSeq != ack.Seq {

@@ -128,6 +128,19 @@ func (s *Store) IsMember(ctx context.Context, sessionID, userID string) (bool, e
 // withheld). Seqs may have gaps; fewer than limit rows means the store holds
 // nothing more yet. limit is clamped to [1, 10000].
 func (s *Store) MessagesAfter(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Message, error) {
+	return s.messages(ctx, sessionID, "seq > $2 ORDER BY seq", afterSeq, limit)
+}
+
+// MessagesBefore returns up to limit events of sessionID with seq <
+// beforeSeq, newest first, in their current state as MessagesAfter gives
+// them. limit is clamped to [1, 10000].
+func (s *Store) MessagesBefore(ctx context.Context, sessionID string, beforeSeq int64, limit int) ([]Message, error) {
+	return s.messages(ctx, sessionID, "seq < $2 ORDER BY seq DESC", beforeSeq, limit)
+}
+
+// messages reads the events of sessionID that where (a condition on $2,
+// with its ORDER BY) selects, up to limit.
+func (s *Store) messages(ctx context.Context, sessionID, where string, seq int64, limit int) ([]Message, error) {
 	limit = min(max(limit, 1), 10_000)
 	rows, err := s.pool.Query(ctx, fmt.Sprintf(`
 		SELECT session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id, kind,
@@ -136,9 +149,9 @@ func (s *Store) MessagesAfter(ctx context.Context, sessionID string, afterSeq in
 		       COALESCE(target_seq, 0), COALESCE(member_op, ''), COALESCE(member_ids, '{}'),
 		       COALESCE(session_kind, ''), COALESCE(title, ''), server_ts_ms,
 		       COALESCE(edited_seq, 0), COALESCE(recalled_seq, 0)
-		FROM %s.messages WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, s.q()), sessionID, afterSeq, limit)
+		FROM %s.messages WHERE session_id = $1 AND %s LIMIT $3`, s.q(), where), sessionID, seq, limit)
 	if err != nil {
-		return nil, fmt.Errorf("query messages of %s after %d: %w", sessionID, afterSeq, err)
+		return nil, fmt.Errorf("query messages of %s (%s %d): %w", sessionID, where, seq, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Message, error) {
 		var m Message

@@ -106,8 +106,8 @@ func (f *ClientFrame) Validate(l Limits) *apierr.Error {
 		if err := idField("session_id", f.SessionID, MaxSessionIDBytes); err != nil {
 			return err
 		}
-		if f.AfterSeq < 0 {
-			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "after_seq must be >= 0")
+		if err := f.syncPosition(); err != nil {
+			return err
 		}
 		if f.Limit < 0 || f.Limit > l.MaxSyncLimit {
 			return SyncLimitError(l)
@@ -243,6 +243,28 @@ func idField(name, v string, max int) *apierr.Error {
 	}
 	if err := auth.ValidID(v); err != nil {
 		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s: %v", name, err)
+	}
+	return nil
+}
+
+// syncPosition checks a sync's starting point: after_seq, before_seq or
+// around_seq, none negative, at most one of them set (0 is unset: no
+// message has seq 0).
+func (f *ClientFrame) syncPosition() *apierr.Error {
+	set := 0
+	for _, p := range []struct {
+		name string
+		v    int64
+	}{{"after_seq", f.AfterSeq}, {"before_seq", f.BeforeSeq}, {"around_seq", f.AroundSeq}} {
+		if p.v < 0 {
+			return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s must be >= 0", p.name)
+		}
+		if p.v > 0 {
+			set++
+		}
+	}
+	if set > 1 {
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "give at most one of after_seq, before_seq and around_seq")
 	}
 	return nil
 }

@@ -279,6 +279,8 @@ func (f *ClientFrame) AppendJSON(dst []byte) ([]byte, error) {
 	str(`,"action":`, f.Action)
 	list(`,"user_ids":`, f.UserIDs)
 	num(`,"after_seq":`, f.AfterSeq)
+	num(`,"before_seq":`, f.BeforeSeq)
+	num(`,"around_seq":`, f.AroundSeq)
 	num(`,"limit":`, int64(f.Limit))
 	num(`,"seq":`, f.Seq)
 	if len(f.Cursors) > 0 {

@@ -81,8 +81,12 @@ type ClientFrame struct {
 	Action        string   `json:"action,omitempty"`
 	UserIDs       []string `json:"user_ids,omitempty"`
 
-	AfterSeq int64 `json:"after_seq,omitempty"`
-	Limit    int   `json:"limit,omitempty"`
+	// A sync pages forward from after_seq (the default, from the start),
+	// backward from before_seq, or around around_seq: at most one is set.
+	AfterSeq  int64 `json:"after_seq,omitempty"`
+	BeforeSeq int64 `json:"before_seq,omitempty"`
+	AroundSeq int64 `json:"around_seq,omitempty"`
+	Limit     int   `json:"limit,omitempty"`
 	Seq      int64 `json:"seq,omitempty"`
 
 	Cursors []Cursor `json:"cursors,omitempty"`
@@ -167,14 +171,20 @@ type EventFrame struct {
 	Event Message `json:"event"`
 }
 
-// SyncResult answers sync: messages after after_seq in seq order.
+// SyncResult answers sync. After after_seq, and around around_seq, the
+// messages come in seq order; before before_seq, newest first.
 type SyncResult struct {
 	Op        string    `json:"op"`
 	ReqID     string    `json:"req_id,omitempty"`
 	SessionID string    `json:"session_id"`
 	Messages  []Message `json:"messages"`
-	// HasMore says another page follows: sync again after the last seq.
+	// HasMore says another page follows in the direction of the sync: newer
+	// messages after the last one (after_seq, around_seq), older ones
+	// before the last one (before_seq).
 	HasMore bool `json:"has_more"`
+	// HasMoreBefore says, for around_seq, that older messages precede the
+	// first one.
+	HasMoreBefore bool `json:"has_more_before,omitempty"`
 }
 
 // SessionChange is one session of the user in a changes result.
