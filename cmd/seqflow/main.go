@@ -36,6 +36,7 @@ var commands = map[string]command{
 	"lag":    {"consumer lag per group, topic and partition (committed, end, lag)", runLag},
 	"topics": {"describe every seqflow topic: partitions, replication, configs, end offsets", runTopics},
 	"dlq":    {"list dead letters, or redrive one to its original topic", runDLQ},
+	"export": {"write the sequenced log as Parquet files (hive-style by date and hour) to a directory or S3", runExport},
 }
 
 func main() {
