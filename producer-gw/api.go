@@ -26,7 +26,7 @@ type api struct {
 	gate     *gate
 	hub      *hub
 	presence presenceWriter
-	limits   *limiters
+	limits   *limiter
 	up       *uplink
 	history  *history
 	receipts *receipts
@@ -35,7 +35,7 @@ type api struct {
 	now      func() time.Time
 }
 
-func newAPI(cfg Config, verifier *auth.Verifier, signer *auth.Signer, gate *gate, hub *hub, pw presenceWriter, limits *limiters,
+func newAPI(cfg Config, verifier *auth.Verifier, signer *auth.Signer, gate *gate, hub *hub, pw presenceWriter, limits *limiter,
 	up *uplink, history *history, receipts *receipts, log *slog.Logger, m *metrics, now func() time.Time) *api {
 	return &api{cfg: cfg, verifier: verifier, signer: signer, gate: gate, hub: hub, presence: pw, limits: limits,
 		up: up, history: history, receipts: receipts, log: log, m: m, now: now}

@@ -105,9 +105,17 @@ type Config struct {
 	MaxInFlight int
 	// RatePerUser: GATEWAY_RATE_PER_USER, requests per second per user
 	// (all devices together), default 50; RateBurst: GATEWAY_RATE_BURST,
-	// default 100. Past them: "rate_limited".
+	// default 100. Past them: "rate_limited". Kept in Redis, so they hold
+	// across gateways (limiter.go).
 	RatePerUser int
 	RateBurst   int
+	// RatePerDevice: GATEWAY_RATE_PER_DEVICE, requests per second of one
+	// device, within its user's; default 0: no limit of its own.
+	// RateDeviceBurst: GATEWAY_RATE_DEVICE_BURST, default twice the rate.
+	// Set it below the user's rate so one runaway device cannot use up
+	// its user's other devices' requests.
+	RatePerDevice   int
+	RateDeviceBurst int
 	// Limits: GATEWAY_MAX_FRAME_BYTES (default 65536), GATEWAY_MAX_BODY_BYTES
 	// (16384), GATEWAY_MAX_MEMBERS per request (500), GATEWAY_MAX_SYNC_LIMIT
 	// (200, page default 50).
@@ -174,6 +182,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		MaxInFlight:            e.Int("GATEWAY_MAX_IN_FLIGHT", 64, 1, 10_000),
 		RatePerUser:            e.Int("GATEWAY_RATE_PER_USER", 50, 1, 1_000_000),
 		RateBurst:              e.Int("GATEWAY_RATE_BURST", 100, 1, 1_000_000),
+		RatePerDevice:          e.Int("GATEWAY_RATE_PER_DEVICE", 0, 0, 1_000_000),
 		Heartbeat:              e.Duration("GATEWAY_HEARTBEAT", 15*time.Second, 100*time.Millisecond, 10*time.Minute),
 		IdleTimeout:            e.Duration("GATEWAY_IDLE_TIMEOUT", 60*time.Second, 300*time.Millisecond, time.Hour),
 		WriteTimeout:           e.Duration("GATEWAY_WRITE_TIMEOUT", 10*time.Second, 100*time.Millisecond, 5*time.Minute),
@@ -186,6 +195,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		DeliveredFlushInterval: e.Duration("GATEWAY_DELIVERED_FLUSH_INTERVAL", time.Second, time.Millisecond, time.Minute),
 		ShutdownTimeout:        e.Duration("GATEWAY_SHUTDOWN_TIMEOUT", 10*time.Second, 0, 10*time.Minute),
 	}
+	c.RateDeviceBurst = e.Int("GATEWAY_RATE_DEVICE_BURST", max(2*c.RatePerDevice, 1), 1, 1_000_000)
 	l := wire.DefaultLimits
 	l.MaxFrameBytes = e.Int("GATEWAY_MAX_FRAME_BYTES", l.MaxFrameBytes, 1024, 512<<10)
 	l.MaxBodyBytes = e.Int("GATEWAY_MAX_BODY_BYTES", l.MaxBodyBytes, 16, 48<<10)

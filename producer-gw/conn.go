@@ -216,7 +216,7 @@ func (c *conn) handle(f *wire.ClientFrame) {
 			c.enqueueJSON(wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
 		}
 		return
-	case !a.limits.allow(c.p.UserID, a.now()):
+	case !a.limits.allow(context.Background(), c.p):
 		c.sendError(f.ReqID, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
 		return
 	case !isCommand(f.Op):

@@ -67,7 +67,7 @@ type Gateway struct {
 	tracer trace.Tracer
 
 	// Components, wired by compose once the clients are open.
-	limits   *limiters
+	limits   *limiter
 	waiters  *waiters
 	members  *membership
 	hub      *hub
@@ -241,7 +241,7 @@ func (g *Gateway) connect(ctx context.Context) error {
 // through them. They need the clients, which is why it runs in Run, after
 // connect, and not in New, which connects to nothing.
 func (g *Gateway) compose() {
-	g.limits = newLimiters(g.cfg.RatePerUser, g.cfg.RateBurst, g.now)
+	g.limits = newLimiter(g.rdb, g.cfg, g.log, g.m, g.now)
 	g.waiters = newWaiters(g.m, g.now)
 	g.members = newMembership(g.store, g.cfg.MemberCacheTTL, localMembershipTTL)
 	g.hub = newHub(g.gate, g.presence, g.cfg.PresenceTTL, g.log, g.m)

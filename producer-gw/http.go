@@ -94,7 +94,7 @@ func (a *api) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Principa
 		writeJSON(w, http.StatusOK, wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
 		return
 	}
-	if !a.limits.allow(p.UserID, a.now()) {
+	if !a.limits.allow(r.Context(), p) {
 		a.httpError(w, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
 		return
 	}

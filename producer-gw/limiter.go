@@ -2,14 +2,127 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
+
+	"github.com/seqflow/seqflow/internal/auth"
 )
 
-// limiters is a token bucket per user on this gateway instance; Run
-// forgets idle users.
+// Request rate limits are kept in Redis, so they hold across gateways: a
+// client that reconnects to another instance finds its bucket as it left
+// it. redis_rate (GCRA in one Lua script, one round trip per key) keeps
+// them; the keys expire by themselves once a bucket is full again.
+//
+// When Redis does not answer within redisLimitTimeout, the decision falls
+// back to this instance's own buckets (counted in
+// seqflow_gateway_rate_limit_fallbacks_total) and Redis is left alone for
+// redisLimitCooldown, so an outage costs one timeout a second, not one per
+// request. Traffic is never refused because Redis is down; during an
+// outage a user spread over N gateways may get up to N times the rate.
+const (
+	redisLimitTimeout  = 50 * time.Millisecond
+	redisLimitCooldown = time.Second
+)
+
+// limiter decides whether a request of a user's device may go on: within
+// the device's rate, when set, and its user's (all devices together).
+type limiter struct {
+	redis          *redis_rate.Limiter // nil: local buckets only
+	user, device   redis_rate.Limit    // device.Rate 0: no per-device limit
+	users, devices *limiters           // this instance's buckets: the fallback
+	log            *slog.Logger
+	m              *metrics
+	now            func() time.Time
+
+	mu        sync.Mutex
+	downUntil time.Time // Redis is skipped until then after a failure
+}
+
+func newLimiter(rdb redis.UniversalClient, cfg Config, log *slog.Logger, m *metrics, now func() time.Time) *limiter {
+	l := &limiter{
+		user:  redis_rate.Limit{Rate: cfg.RatePerUser, Burst: cfg.RateBurst, Period: time.Second},
+		users: newLimiters(cfg.RatePerUser, cfg.RateBurst, now),
+		log:   log, m: m, now: now,
+	}
+	if cfg.RatePerDevice > 0 {
+		l.device = redis_rate.Limit{Rate: cfg.RatePerDevice, Burst: cfg.RateDeviceBurst, Period: time.Second}
+		l.devices = newLimiters(cfg.RatePerDevice, cfg.RateDeviceBurst, now)
+	}
+	if rdb != nil {
+		l.redis = redis_rate.NewLimiter(rdb)
+	}
+	return l
+}
+
+// allow takes one request from p's buckets and says whether it may go on.
+// It blocks on Redis for at most redisLimitTimeout.
+func (l *limiter) allow(ctx context.Context, p auth.Principal) bool {
+	if ok, err := l.allowRedis(ctx, p); err == nil {
+		return ok
+	}
+	l.m.rateFallbacks.Inc()
+	now := l.now()
+	if l.devices != nil && !l.devices.allow(p.UserID+"/"+p.DeviceID, now) {
+		return false
+	}
+	return l.users.allow(p.UserID, now)
+}
+
+// errRedisSkipped: Redis failed less than redisLimitCooldown ago.
+type errRedisSkipped struct{}
+
+func (errRedisSkipped) Error() string { return "redis rate limiter cooling down after a failure" }
+
+func (l *limiter) allowRedis(ctx context.Context, p auth.Principal) (bool, error) {
+	if l.redis == nil {
+		return false, errRedisSkipped{}
+	}
+	l.mu.Lock()
+	skip := l.now().Before(l.downUntil)
+	l.mu.Unlock()
+	if skip {
+		return false, errRedisSkipped{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, redisLimitTimeout)
+	defer cancel()
+	// The device's bucket first: a request its device may not make does
+	// not cost its user's other devices a token.
+	var res *redis_rate.Result
+	var err error
+	if l.device.Rate > 0 {
+		res, err = l.redis.Allow(ctx, "seqflow:rate:d:"+p.UserID+"/"+p.DeviceID, l.device)
+	}
+	if err == nil && (res == nil || res.Allowed > 0) {
+		res, err = l.redis.Allow(ctx, "seqflow:rate:u:"+p.UserID, l.user)
+	}
+	if err != nil {
+		l.mu.Lock()
+		l.downUntil = l.now().Add(redisLimitCooldown)
+		l.mu.Unlock()
+		l.log.Warn("rate limit in redis failed; local buckets for a while", "cooldown", redisLimitCooldown, "err", err)
+		return false, err
+	}
+	return res.Allowed > 0, nil
+}
+
+// Run sweeps the local buckets once a second until ctx ends, and returns
+// ctx.Err().
+func (l *limiter) Run(ctx context.Context) error {
+	return every(ctx, time.Second, func() {
+		now := l.now()
+		l.users.sweep(now)
+		if l.devices != nil {
+			l.devices.sweep(now)
+		}
+	})
+}
+
+// limiters is a token bucket per key on this gateway instance.
 type limiters struct {
 	r   rate.Limit
 	b   int
@@ -28,19 +141,19 @@ func newLimiters(perSecond, burst int, now func() time.Time) *limiters {
 	return &limiters{r: rate.Limit(perSecond), b: burst, now: now, m: map[string]*userLimiter{}}
 }
 
-func (l *limiters) allow(user string, now time.Time) bool {
+func (l *limiters) allow(key string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	u := l.m[user]
+	u := l.m[key]
 	if u == nil {
 		u = &userLimiter{lim: rate.NewLimiter(l.r, l.b)}
-		l.m[user] = u
+		l.m[key] = u
 	}
 	u.last = now
 	return u.lim.AllowN(now, 1)
 }
 
-// sweep forgets users idle long enough for their bucket to be full again.
+// sweep forgets keys idle long enough for their bucket to be full again.
 func (l *limiters) sweep(now time.Time) {
 	refill := time.Duration(float64(l.b)/float64(l.r)*float64(time.Second)) + time.Second
 	l.mu.Lock()
@@ -50,9 +163,4 @@ func (l *limiters) sweep(now time.Time) {
 			delete(l.m, u)
 		}
 	}
-}
-
-// Run sweeps once a second until ctx ends, and returns ctx.Err().
-func (l *limiters) Run(ctx context.Context) error {
-	return every(ctx, time.Second, func() { l.sweep(l.now()) })
 }

@@ -19,11 +19,14 @@ type metrics struct {
 	receipts     *prometheus.CounterVec // by kind: read, delivery
 	receiptFails prometheus.Counter
 	presenceErrs prometheus.Counter
-	badBatches   prometheus.Counter
-	pushBatches  *prometheus.CounterVec   // by transport
-	seqResults   *prometheus.CounterVec   // by source, matched
-	seqArrival   *prometheus.HistogramVec // by source
-	seqEarly     prometheus.Counter
+	// rateFallbacks counts rate-limit decisions taken by this instance's
+	// own buckets because Redis failed or was cooling down after a failure.
+	rateFallbacks prometheus.Counter
+	badBatches    prometheus.Counter
+	pushBatches   *prometheus.CounterVec   // by transport
+	seqResults    *prometheus.CounterVec   // by source, matched
+	seqArrival    *prometheus.HistogramVec // by source
+	seqEarly      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -73,6 +76,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		receiptFails: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_receipt_produce_errors_total", Help: "Delivery receipts Kafka did not accept (the next one covers them).",
 		}),
+		rateFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqflow_gateway_rate_limit_fallbacks_total",
+			Help: "Rate-limit decisions taken by this instance's own buckets because Redis did not answer (or failed less than a second ago).",
+		}),
 		presenceErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_presence_errors_total", Help: "Failed presence writes to Redis.",
 		}),
@@ -97,6 +104,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
-		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly)
+		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly)
 	return m
 }

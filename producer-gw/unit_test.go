@@ -3,8 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/wire"
@@ -254,6 +260,37 @@ func TestLimiter(t *testing.T) {
 	l.sweep(now.Add(time.Hour))
 	if len(l.m) != 0 {
 		t.Fatal("idle limiters kept")
+	}
+}
+
+// TestLimiterFallsBackWithoutRedis points the limiter at a closed port:
+// every decision is taken by the local buckets (and counted), Redis is
+// tried once per cooldown, not once per request, and nothing is refused
+// because Redis is down.
+func TestLimiterFallsBackWithoutRedis(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	m := newMetrics(prometheus.NewRegistry())
+	now := time.Unix(100, 0)
+	clock := func() time.Time { return now }
+	l := newLimiter(rdb, Config{RatePerUser: 1, RateBurst: 2, RatePerDevice: 1, RateDeviceBurst: 1},
+		slog.New(slog.DiscardHandler), m, clock)
+	p := auth.Principal{UserID: "u", DeviceID: "d1"}
+	other := auth.Principal{UserID: "u", DeviceID: "d2"}
+	got := []bool{l.allow(t.Context(), p), l.allow(t.Context(), p), l.allow(t.Context(), other), l.allow(t.Context(), other)}
+	// d1's bucket holds 1 (the device limit), the user's 2: d2's first
+	// request takes the user's second token, its second finds none.
+	if want := []bool{true, false, true, false}; !slices.Equal(got, want) {
+		t.Fatalf("allow = %v, want %v", got, want)
+	}
+	if n := testutil.ToFloat64(m.rateFallbacks); n != 4 {
+		t.Fatalf("fallbacks = %v, want 4", n)
+	}
+	l.mu.Lock()
+	down := l.downUntil
+	l.mu.Unlock()
+	if !down.Equal(now.Add(redisLimitCooldown)) {
+		t.Fatalf("redis skipped until %v, want %v: only the first request may wait on it", down, now.Add(redisLimitCooldown))
 	}
 }
 

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/seqflow/seqflow/internal/wire"
+)
+
+// TestRateLimitAcrossGateways: the buckets live in Redis, so a user who
+// moves to another gateway finds them as it left them; when Redis goes
+// away each gateway decides with its own buckets (counted) and serves on,
+// and once Redis is back the shared buckets decide again.
+func TestRateLimitAcrossGateways(t *testing.T) {
+	p := newPipelineNoProcs(t)
+	// 1 request a second, a burst of 3.
+	tight := map[string]string{"GATEWAY_RATE_PER_USER": "1", "GATEWAY_RATE_BURST": "3"}
+	gwA, gwB := p.gateway(tight), p.gateway(tight)
+
+	// changes is a rate-limited request that needs no sequencer.
+	changes := func(c *client, n int) string {
+		t.Helper()
+		id := fmt.Sprintf("c%d", n)
+		c.send(map[string]any{"op": "changes", "req_id": id})
+		r := c.result(id)
+		if r.Op == wire.OpError {
+			return r.Error.Name
+		}
+		return "ok"
+	}
+
+	t.Run("the bucket follows the user to another gateway", func(t *testing.T) {
+		p.t = t
+		u := user("mover")
+		a := p.connect(gwA, u, "phone")
+		for i := range 3 {
+			if got := changes(a, i); got != "ok" {
+				t.Fatalf("request %d on gateway A: %s, want ok (burst 3)", i, got)
+			}
+		}
+		b := p.connect(gwB, u, "laptop")
+		if got := changes(b, 3); got != "rate_limited" {
+			t.Fatalf("fourth request, on gateway B: %s, want rate_limited (the bucket is the user's, in Redis)", got)
+		}
+		if n := testutil.ToFloat64(gwA.g.m.rateFallbacks) + testutil.ToFloat64(gwB.g.m.rateFallbacks); n != 0 {
+			t.Fatalf("fallbacks = %v with Redis up, want 0", n)
+		}
+	})
+
+	t.Run("a Redis outage falls back to local buckets, never refuses all traffic", func(t *testing.T) {
+		p.t = t
+		px := newTCPProxy(t, p.st.RedisAddr)
+		over := map[string]string{"SEQFLOW_REDIS_ADDR": px.addr()}
+		for k, v := range tight {
+			over[k] = v
+		}
+		gw := p.gateway(over)
+		u := user("outage")
+		c := p.connect(gw, u, "phone")
+		got := []string{changes(c, 0), changes(c, 1), changes(c, 2), changes(c, 3)}
+		if fmt.Sprint(got) != "[ok ok ok rate_limited]" {
+			t.Fatalf("with Redis up: %v, want the burst of 3 then rate_limited", got)
+		}
+		px.stop()
+		// The bucket in Redis is empty, this gateway's own is full: served
+		// while Redis is away, up to the local burst.
+		got = []string{changes(c, 4), changes(c, 5), changes(c, 6), changes(c, 7)}
+		if fmt.Sprint(got) != "[ok ok ok rate_limited]" {
+			t.Fatalf("with Redis down: %v, want the local burst of 3 then rate_limited", got)
+		}
+		down := testutil.ToFloat64(gw.g.m.rateFallbacks)
+		if down != 4 {
+			t.Fatalf("fallbacks = %v, want 4 (one per request while Redis was down)", down)
+		}
+		px.start()
+		time.Sleep(redisLimitCooldown + 200*time.Millisecond)
+		// Redis decides again, with no fallback: its bucket has refilled by
+		// about a token a second since it was emptied, at most 3, so five
+		// requests back to back meet the limit.
+		got = nil
+		for i := 8; i < 13; i++ {
+			got = append(got, changes(c, i))
+		}
+		if got[len(got)-1] != "rate_limited" || got[0] != "ok" {
+			t.Fatalf("after Redis came back: %v, want some served, then rate_limited", got)
+		}
+		if n := testutil.ToFloat64(gw.g.m.rateFallbacks); n != down {
+			t.Fatalf("fallbacks went from %v to %v after Redis came back", down, n)
+		}
+	})
+}
+
+// tcpProxy forwards connections to a backend; stop closes the listener
+// and every open connection, start listens again on the same address.
+type tcpProxy struct {
+	t       *testing.T
+	backend string
+	listen  string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns []net.Conn
+}
+
+func newTCPProxy(t *testing.T, backend string) *tcpProxy {
+	px := &tcpProxy{t: t, backend: backend, listen: "127.0.0.1:0"}
+	px.start()
+	px.listen = px.addr()
+	t.Cleanup(px.stop)
+	return px
+}
+
+func (px *tcpProxy) addr() string {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	return px.ln.Addr().String()
+}
+
+func (px *tcpProxy) start() {
+	ln, err := net.Listen("tcp", px.listen)
+	if err != nil {
+		px.t.Fatal(err)
+	}
+	px.mu.Lock()
+	px.ln = ln
+	px.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", px.backend)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			px.mu.Lock()
+			px.conns = append(px.conns, c, b)
+			px.mu.Unlock()
+			go func() { _, _ = io.Copy(b, c); b.Close() }()
+			go func() { _, _ = io.Copy(c, b); c.Close() }()
+		}
+	}()
+}
+
+func (px *tcpProxy) stop() {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	if err := px.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		px.t.Errorf("close proxy: %v", err)
+	}
+	for _, c := range px.conns {
+		c.Close()
+	}
+	px.conns = nil
+}
