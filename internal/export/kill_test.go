@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,13 +28,57 @@ import (
 )
 
 // TestExportSurvivesKill9 runs `seqflow export` as a real process on a log
-// of about 24,000 events over three hours, kills it -9 twice — once while
-// it writes a file, once between a file's rename and the offset commit —
+// of 24,000 events over three hours, kills it -9 twice — once while it
+// writes a file, once between a file's commit and the offset commit —
 // restarts it with -until-end, and then queries the files with DuckDB: per
 // session the count, the seq range and the message IDs in seq order must
 // be those of the log, each (partition, offset) once, every row under the
 // date and hour of its server_ts_ms.
+//
+// "dir" exports to a local directory. "s3" exports to an S3-compatible
+// server named by SEQFLOW_TEST_S3_ENDPOINT and SEQFLOW_TEST_S3_BUCKET
+// (an existing bucket; credentials from AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY) and is skipped without them: the local stack has
+// no S3 server. docs/export.md says against which server it was run.
 func TestExportSurvivesKill9(t *testing.T) {
+	t.Run("dir", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "export")
+		testKill9(t, target{
+			args:  []string{"-dir", dir},
+			store: &Dir{Root: dir},
+			temps: func() []string { m, _ := filepath.Glob(filepath.Join(dir, tmpDir, "*")); return m },
+			local: func(*testing.T) string { return dir },
+		})
+	})
+	t.Run("s3", func(t *testing.T) {
+		endpoint, bucket := os.Getenv("SEQFLOW_TEST_S3_ENDPOINT"), os.Getenv("SEQFLOW_TEST_S3_BUCKET")
+		if endpoint == "" || bucket == "" {
+			t.Skip("no S3-compatible server: set SEQFLOW_TEST_S3_ENDPOINT and SEQFLOW_TEST_S3_BUCKET (and AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
+		}
+		url := "s3://" + bucket + "/kill9-" + uuid.NewString()[:8]
+		spool := t.TempDir()
+		s, err := NewS3(context.Background(), S3Config{URL: url, Endpoint: endpoint, PathStyle: true, SpoolDir: spool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testKill9(t, target{
+			args:  []string{"-s3", url, "-s3-endpoint", endpoint, "-spool-dir", spool},
+			store: s,
+			temps: func() []string { m, _ := filepath.Glob(filepath.Join(spool, "*")); return m },
+			local: func(t *testing.T) string { return download(t, s) },
+		})
+	})
+}
+
+// target is where a kill test exports to.
+type target struct {
+	args  []string                  // the destination flags of seqflow export
+	store Store                     // to list the visible files
+	temps func() []string           // the unfinished uploads
+	local func(t *testing.T) string // a local directory with the visible files, for DuckDB
+}
+
+func testKill9(t *testing.T, to target) {
 	st := stack.Require(t, "kafka")
 	py := duckdbPython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -51,13 +98,13 @@ func TestExportSurvivesKill9(t *testing.T) {
 	start := time.Now().UTC().Add(-4 * time.Hour).Truncate(time.Hour).Add(40 * time.Minute)
 	produceLog(ctx, t, st.KafkaBrokers, topics.Sequenced, start, sessions, perSession)
 
-	dir := filepath.Join(t.TempDir(), "export")
 	bin := proc.Build(t, "./cmd/seqflow")
 	run := func(name string, extra ...string) *proc.Proc {
 		t.Helper()
+		args := append([]string{"export", "-topic-prefix", prefix, "-group", prefix + "export", "-max-rows", "1000", "-session-timeout", "6s", "-v"}, to.args...)
 		p := &proc.Proc{Name: name, Bin: bin, Log: filepath.Join(t.TempDir(), name+".log"),
 			Env:  []string{"SEQFLOW_KAFKA_BROKERS=" + strings.Join(st.KafkaBrokers, ",")},
-			Args: append([]string{"export", "-topic-prefix", prefix, "-dir", dir, "-group", prefix + "export", "-max-rows", "1000", "-session-timeout", "6s", "-v"}, extra...)}
+			Args: append(args, extra...)}
 		if err := p.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -72,10 +119,12 @@ func TestExportSurvivesKill9(t *testing.T) {
 	}
 	visible := func() []string {
 		var names []string
-		(&Dir{Root: dir}).List(ctx, func(n string) error { names = append(names, n); return nil })
+		if err := to.store.List(ctx, func(n string) error { names = append(names, n); return nil }); err != nil {
+			t.Fatal(err)
+		}
 		return names
 	}
-	temps := func() []string { m, _ := filepath.Glob(filepath.Join(dir, tmpDir, "*")); return m }
+	temps := to.temps
 	waitFor := func(what string, p *proc.Proc, cond func() bool) {
 		t.Helper()
 		for !cond() {
@@ -152,7 +201,7 @@ func TestExportSurvivesKill9(t *testing.T) {
 	if len(l.Events) != sessions*perSession || len(want) != sessions {
 		t.Fatalf("the log holds %d events of %d sessions, want %d of %d", len(l.Events), len(want), sessions*perSession, sessions)
 	}
-	got := queryDuckDB(t, py, dir)
+	got := queryDuckDB(t, py, to.local(t))
 	t.Logf("DuckDB: %d rows in %d files, %d distinct (partition, offset), %d under the wrong date or hour, types %v",
 		got.Rows, prog.Files, got.DistinctOffsets, got.WrongHour, got.Types)
 	if got.Rows != int64(len(l.Events)) || got.DistinctOffsets != got.Rows {
@@ -361,6 +410,35 @@ func groupOffsets(ctx context.Context, t *testing.T, adm *kadm.Client, group, to
 		}
 	})
 	return out
+}
+
+// download copies the visible files of s into a temp directory.
+func download(t *testing.T, s *S3) string {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	err := s.List(ctx, func(name string) error {
+		out, err := s.Client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.Bucket, Key: aws.String(s.Prefix + name)})
+		if err != nil {
+			return err
+		}
+		defer out.Body.Close()
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(f, out.Body)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("download the export: %v", err)
+	}
+	return dir
 }
 
 func tail(b []byte, n int) []byte {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/google/uuid"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 )
@@ -187,22 +188,74 @@ func TestDirStore(t *testing.T) {
 // against a real one.
 func TestS3Store(t *testing.T) {
 	testStore(t, func(t *testing.T) storeUnderTest {
-		s := newFakeS3(t, "exports/seqflow")
-		return storeUnderTest{
-			Store: s,
-			read: func(t *testing.T, name string) []byte {
-				out, err := s.Client.GetObject(context.Background(), &s3.GetObjectInput{Bucket: &s.Bucket, Key: aws.String(s.Prefix + name)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer out.Body.Close()
-				var b bytes.Buffer
-				b.ReadFrom(out.Body)
-				return b.Bytes()
-			},
-			leftovers: func(t *testing.T) []string { return globNames(t, filepath.Join(s.SpoolDir, "*")) },
-		}
+		return s3UnderTest(newFakeS3(t, "exports/seqflow"))
 	})
+}
+
+func s3UnderTest(s *S3) storeUnderTest {
+	return storeUnderTest{
+		Store: s,
+		read: func(t *testing.T, name string) []byte {
+			out, err := s.Client.GetObject(context.Background(), &s3.GetObjectInput{Bucket: &s.Bucket, Key: aws.String(s.Prefix + name)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Body.Close()
+			var b bytes.Buffer
+			b.ReadFrom(out.Body)
+			return b.Bytes()
+		},
+		leftovers: func(t *testing.T) []string { return globNames(t, filepath.Join(s.SpoolDir, "*")) },
+	}
+}
+
+// TestS3StoreOnServer runs the suite against a real S3-compatible server
+// when SEQFLOW_TEST_S3_ENDPOINT and SEQFLOW_TEST_S3_BUCKET name one (see
+// TestExportSurvivesKill9); the local stack has none.
+func TestS3StoreOnServer(t *testing.T) {
+	endpoint, bucket := os.Getenv("SEQFLOW_TEST_S3_ENDPOINT"), os.Getenv("SEQFLOW_TEST_S3_BUCKET")
+	if endpoint == "" || bucket == "" {
+		t.Skip("no S3-compatible server: set SEQFLOW_TEST_S3_ENDPOINT and SEQFLOW_TEST_S3_BUCKET (and AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
+	}
+	testStore(t, func(t *testing.T) storeUnderTest {
+		s, err := NewS3(context.Background(), S3Config{URL: "s3://" + bucket + "/suite-" + uuid.NewString()[:8],
+			Endpoint: endpoint, PathStyle: true, SpoolDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s3UnderTest(s)
+	})
+	t.Run("conditional put", func(t *testing.T) { logConditional(t, endpoint, bucket) })
+}
+
+// logConditional says whether the server keeps the first of two PUTs of
+// one name (If-None-Match honoured), refused the condition (501), or
+// replaced the object: all three leave one whole file under the name.
+func logConditional(t *testing.T, endpoint, bucket string) {
+	ctx := context.Background()
+	s, err := NewS3(ctx, S3Config{URL: "s3://" + bucket + "/cond-" + uuid.NewString()[:8], Endpoint: endpoint, PathStyle: true, SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"first", "again"} {
+		up, err := s.Create(ctx, partTag(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		up.Write([]byte(body))
+		if err := up.Commit(ctx, "x.parquet"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := string(s3UnderTest(s).read(t, "x.parquet"))
+	switch {
+	case s.unconditional.Load():
+		t.Logf("%s does not implement conditional writes (501): plain PUTs, the second replaced the first", endpoint)
+	case got == "first":
+		t.Logf("%s honours If-None-Match: the second PUT kept the first object", endpoint)
+	default:
+		t.Logf("%s ignored If-None-Match: the second PUT replaced the first object", endpoint)
+	}
 }
 
 // newFakeS3 serves gofakes3 on a loopback port for the test and returns
