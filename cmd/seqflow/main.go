@@ -37,6 +37,8 @@ var commands = map[string]command{
 	"topics": {"describe every seqflow topic: partitions, replication, configs, end offsets", runTopics},
 	"dlq":    {"list dead letters, or redrive one to its original topic", runDLQ},
 	"export": {"write the sequenced log as Parquet files (hive-style by date and hour) to a directory or S3", runExport},
+
+	"replay-topic": {"copy a range of the sequenced log into a replay topic, exactly once; resume, list, describe, delete", runReplayTopic},
 }
 
 func main() {
