@@ -11,6 +11,7 @@ import (
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/rebuild"
+	"github.com/seqflow/seqflow/internal/replay"
 	"github.com/seqflow/seqflow/internal/store"
 )
 
@@ -18,6 +19,10 @@ import (
 // (and im.receipts.v1) into a fresh schema, verifies it against the log,
 // and with -switch points the live store at it: persisters and followers
 // move over on the NOTIFY and continue from where the replay stopped.
+// With -from-replay-topic NAME the sequenced events come from a complete
+// replay topic of the whole log (seqflow replay-topic) instead; the store
+// is still verified against the log itself, and holds the log up to the
+// replay's range end, where a switched persister continues.
 func runReplay(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	schema := fs.String("schema", "", "fresh schema to build (default store_<UTC time>)")
@@ -26,6 +31,7 @@ func runReplay(ctx context.Context, args []string) error {
 	batch := fs.Int("batch", 5000, "records per database transaction")
 	doSwitch := fs.Bool("switch", false, "after a clean verify, switch the live store to the new schema")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	fromReplay := fs.String("from-replay-topic", "", "read the sequenced events from this complete, unfiltered replay topic (seqflow replay-topic) instead of the log")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,9 +48,15 @@ func runReplay(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	t := eventlog.Names(*prefix)
+	var events rebuild.EventSource
+	if *fromReplay != "" {
+		if events, err = replaySource(ctx, st.KafkaBrokers, *prefix, *fromReplay, t.Sequenced); err != nil {
+			return err
+		}
+	}
 	bar := progressBar(*quiet)
 	res, err := rebuild.Replay(ctx, rebuild.ReplayConfig{
-		Brokers: st.KafkaBrokers, Topics: t, Pool: pool, Schema: *schema, BatchMax: *batch, Progress: bar,
+		Brokers: st.KafkaBrokers, Topics: t, Events: events, Pool: pool, Schema: *schema, BatchMax: *batch, Progress: bar,
 	})
 	if !*quiet {
 		fmt.Fprintln(os.Stderr)
@@ -99,4 +111,27 @@ func progressBar(quiet bool) func(rebuild.Progress) {
 		fmt.Fprintf(os.Stderr, "\r[%s%s] %3.0f%% %d/%d records  %.0f/s  ETA %s   ",
 			strings.Repeat("=", n), strings.Repeat(" ", width-n), 100*frac, p.Records, p.Total, p.Rate(), p.ETA().Round(time.Second))
 	}
+}
+
+// replaySource is the replay topic name as the source of a rebuild: it
+// must copy the whole log (no range or filter: a part of the log is not
+// a store) of this deployment's sequenced topic; rebuild.Replay checks
+// that it is complete.
+func replaySource(ctx context.Context, brokers []string, prefix, name, sequenced string) (*replay.Source, error) {
+	defs, err := replay.OpenDefinitions(brokers, prefix)
+	if err != nil {
+		return nil, err
+	}
+	defer defs.Close()
+	def, err := defs.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if !replay.Full(def.GetRequest()) {
+		return nil, fmt.Errorf("replay %s holds a part of the log (%s); a rebuild needs a replay of the whole log", name, replay.Describe(def.GetRequest()))
+	}
+	if def.GetSourceTopic() != sequenced {
+		return nil, fmt.Errorf("replay %s copies %s, not %s", name, def.GetSourceTopic(), sequenced)
+	}
+	return &replay.Source{Brokers: brokers, Def: def}, nil
 }

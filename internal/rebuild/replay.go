@@ -40,12 +40,30 @@ func (p Progress) ETA() time.Duration {
 	return time.Duration(float64(p.Total-p.Records) / r * float64(time.Second))
 }
 
+// EventSource is where Replay reads the sequenced events from, when not
+// from the sequenced topic itself: a copy of it, such as a replay topic
+// (internal/replay).
+type EventSource interface {
+	// Ends returns, per partition of the sequenced topic, the offset
+	// before which the source holds every committed event: what the
+	// rebuilt store will say it holds (store_offsets).
+	Ends(ctx context.Context) (map[int32]int64, error)
+	// Scan calls fn for every event before ends, in log order per
+	// partition, each record with the topic, partition and offset it has
+	// in the sequenced topic, so the rows and offsets the store keeps are
+	// those of the log.
+	Scan(ctx context.Context, ends map[int32]int64, fn func(*kgo.Record) error) error
+}
+
 // ReplayConfig says what to rebuild where.
 type ReplayConfig struct {
 	Brokers []string
 	Topics  eventlog.Topics
-	Pool    *pgxpool.Pool // set up by store.ConfigurePool
-	Schema  string        // must not hold a store yet; created and migrated
+	// Events, when set, is where the sequenced events come from instead
+	// of Topics.Sequenced; receipts always come from Topics.Receipts.
+	Events EventSource
+	Pool   *pgxpool.Pool // set up by store.ConfigurePool
+	Schema string        // must not hold a store yet; created and migrated
 	// BatchMax is records per database transaction, default 5000.
 	BatchMax int
 	// Progress, when set, is called after every batch.
@@ -65,10 +83,10 @@ type ReplayResult struct {
 var ErrNotFresh = errors.New("replay target schema already holds a store; choose a new schema name")
 
 // Replay rebuilds the store in a fresh schema from offset 0 of the
-// sequenced and receipts topics up to their stable offsets at start, with
-// the persister's writer: the result is what the persister would have
-// built. The schema's store_offsets record the ends, so a persister
-// switched to it continues from there.
+// sequenced and receipts topics up to their stable offsets at start (or
+// from cfg.Events up to its ends), with the persister's writer: the result
+// is what the persister would have built. The schema's store_offsets
+// record the ends, so a persister switched to it continues from there.
 func Replay(ctx context.Context, cfg ReplayConfig) (*ReplayResult, error) {
 	if cfg.BatchMax <= 0 {
 		cfg.BatchMax = 5000
@@ -91,7 +109,13 @@ func Replay(ctx context.Context, cfg ReplayConfig) (*ReplayResult, error) {
 	res := &ReplayResult{Ends: map[string]map[int32]int64{}}
 	var total int64
 	for _, topic := range []string{cfg.Topics.Sequenced, cfg.Topics.Receipts} {
-		end, err := CurrentEnds(ctx, cfg.Brokers, topic)
+		var end map[int32]int64
+		var err error
+		if topic == cfg.Topics.Sequenced && cfg.Events != nil {
+			end, err = cfg.Events.Ends(ctx)
+		} else {
+			end, err = CurrentEnds(ctx, cfg.Brokers, topic)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +146,13 @@ func Replay(ctx context.Context, cfg ReplayConfig) (*ReplayResult, error) {
 			}
 			return nil
 		}
-		err := Scan(ctx, cfg.Brokers, src.topic, res.Ends[src.topic], func(r *kgo.Record) error {
+		scan := func(ends map[int32]int64, fn func(*kgo.Record) error) error {
+			return Scan(ctx, cfg.Brokers, src.topic, ends, fn)
+		}
+		if src.kind == store.FromSequenced && cfg.Events != nil {
+			scan = func(ends map[int32]int64, fn func(*kgo.Record) error) error { return cfg.Events.Scan(ctx, ends, fn) }
+		}
+		err := scan(res.Ends[src.topic], func(r *kgo.Record) error {
 			res.Records++
 			offs = append(offs, store.Offset{Topic: r.Topic, Partition: r.Partition, Next: r.Offset + 1})
 			it, err := store.Decode(src.kind, eventlog.Header(r, schemas.HeaderEventType), r.Value, r.Partition, r.Offset)
