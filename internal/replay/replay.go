@@ -3,7 +3,9 @@
 // consumers that need a fixed part of the log: the same keys, partition
 // numbers and headers as the source records, each matching event exactly
 // once, in source order per partition, and an end-of-replay marker
-// (imv1.ReplayEnd) as the last record of every partition.
+// (imv1.ReplayEnd) as the last record of every partition. Source reads a
+// complete replay topic back as the log it copies, for rebuild.Replay
+// (`seqflow replay -from-replay-topic`).
 //
 // # Exactly once
 //
