@@ -212,6 +212,10 @@ func (e *Exporter) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// offsetCommitTimeout bounds an offset commit; one that fails only costs
+// a restart the group's view of the lag, never a duplicate.
+const offsetCommitTimeout = 10 * time.Second
+
 // pollWait bounds a poll, so that files reach MaxAge while no events come.
 const pollWait = time.Second
 
@@ -242,17 +246,20 @@ func (e *Exporter) round(ctx context.Context, cl *kgo.Client) error {
 		e.first.CompareAndSwap(0, now)
 		e.last.Store(now)
 	}
+	// What was polled is written and committed even if ctx ends meanwhile:
+	// a file cut off halfway would be read again, its commit half done.
+	wctx := context.WithoutCancel(ctx)
 	e.mu.Lock()
-	err := e.writeAll(ctx, batches)
+	err := e.writeAll(wctx, batches)
 	if err == nil {
-		err = e.finishAged(ctx)
+		err = e.finishAged(wctx)
 	}
 	done := e.takeDone()
 	e.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	e.commitOffsets(ctx, cl, done)
+	e.commitOffsets(wctx, cl, done)
 	return nil
 }
 
@@ -263,9 +270,13 @@ func (e *Exporter) writeAll(ctx context.Context, batches map[int32][]*kgo.Record
 	for part, recs := range batches {
 		p := e.parts[part]
 		if p == nil {
-			// Not through resume: should not happen, but where the
+			// Not set up by resume: should not happen, but where the
 			// files end must be known before anything is written.
-			if err := e.resume(ctx, map[int32]kgo.Offset{part: kgo.NewOffset().AtStart()}); err != nil {
+			prog, err := e.progress(ctx)
+			if err == nil {
+				err = e.resumeLocked(ctx, prog, map[int32]kgo.Offset{part: kgo.NewOffset().AtStart()})
+			}
+			if err != nil {
 				return err
 			}
 			p = e.parts[part]
@@ -342,6 +353,8 @@ func (e *Exporter) commitOffsets(ctx context.Context, cl *kgo.Client, done map[i
 	for part, next := range done {
 		offs[part] = kgo.EpochOffset{Epoch: -1, Offset: next}
 	}
+	ctx, cancel := context.WithTimeout(ctx, offsetCommitTimeout)
+	defer cancel()
 	cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{e.cfg.Topic: offs},
 		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 			if err == nil {
@@ -363,17 +376,31 @@ func (e *Exporter) resume(ctx context.Context, offs map[int32]kgo.Offset) error 
 	if len(offs) == 0 {
 		return nil
 	}
+	prog, err := e.progress(ctx)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.resumeLocked(ctx, prog, offs)
+}
+
+// progress lists the store.
+func (e *Exporter) progress(ctx context.Context) (Progress, error) {
 	var names []string
 	if err := e.cfg.Store.List(ctx, func(n string) error { names = append(names, n); return nil }); err != nil {
-		return fmt.Errorf("list the export to resume: %w", err)
+		return Progress{}, fmt.Errorf("list the export to resume: %w", err)
 	}
 	prog := ProgressOf(names)
 	for _, f := range prog.Overlaps {
 		e.log.Error("files overlap: events in this file are in another one too (two exporters wrote this partition?)",
 			"file", f.Path())
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	return prog, nil
+}
+
+// resumeLocked sets up the partitions of offs from prog; e.mu is held.
+func (e *Exporter) resumeLocked(ctx context.Context, prog Progress, offs map[int32]kgo.Offset) error {
 	for part, o := range offs {
 		if err := e.cfg.Store.Sweep(ctx, partTag(part)); err != nil {
 			return fmt.Errorf("sweep partition %d: %w", part, err)
