@@ -104,6 +104,11 @@ type Options struct {
 	// error), recovered ones included, from the reading goroutine: it must
 	// not block.
 	OnFinish func(*Pending)
+	// OnTyping receives the typing indicators of the other members of the
+	// user's sessions, from the reading goroutine: it must not block. They
+	// are ephemeral (no seq, never synced, may be lost): show one for its
+	// ExpiresIn at most unless a newer one comes.
+	OnTyping func(Typing)
 
 	// Logger gets connection events at Info and Warn. Default: discard.
 	Logger *slog.Logger
@@ -425,6 +430,11 @@ func (c *Client) onFrame(f serverFrame) {
 	switch f.Op {
 	case wire.OpEvent:
 		c.rcv.push(*f.Event)
+	case wire.OpTyping:
+		if c.opts.OnTyping != nil && f.SessionID != "" && f.UserID != "" {
+			c.opts.OnTyping(Typing{SessionID: f.SessionID, UserID: f.UserID, DeviceID: f.DeviceID,
+				Active: f.Active, ExpiresIn: time.Duration(f.ExpiresInMs) * time.Millisecond})
+		}
 	case wire.OpAck, wire.OpSeqNotice, wire.OpError:
 		if f.ClientMsgID != "" {
 			c.snd.onFrame(f)
@@ -660,6 +670,32 @@ func (c *Client) SyncAround(ctx context.Context, session string, seq int64, limi
 func (c *Client) Changes(ctx context.Context) ([]wire.SessionChange, error) {
 	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpChanges})
 	return r.Sessions, err
+}
+
+// Typing is another member's typing indicator (Options.OnTyping).
+type Typing struct {
+	SessionID, UserID, DeviceID string
+	// Active: typing; false: stopped.
+	Active bool
+	// ExpiresIn is how long to show it unless a newer one comes.
+	ExpiresIn time.Duration
+}
+
+// SetTyping tells the session's other members that the user is typing
+// (active) or stopped. Repeat an active one every few seconds while the
+// user types: each shows for a few seconds only. It is sent once, on the
+// current connection, never resent: a lost indicator is not worth a late
+// one. Errors: not_a_member, rate_limited (more than 2 a second per
+// device), or the connection's.
+func (c *Client) SetTyping(ctx context.Context, session string, active bool) error {
+	cn, err := c.waitConn(ctx)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	_, err = cn.request(rctx, &wire.ClientFrame{Op: wire.OpTyping, SessionID: session, Active: active})
+	return err
 }
 
 // MarkRead sends a read receipt; it returns once the receipt is durable.

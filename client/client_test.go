@@ -241,6 +241,44 @@ func TestSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("typing indicators reach the other members, not the sender", func(t *testing.T) {
+		alice, bob := user("alice"), user("bob")
+		got := make(chan Typing, 4)
+		a := p.start(t, alice, "phone", []string{gw.url}, func(o *Options) { o.OnTyping = func(ty Typing) { got <- ty } })
+		b := p.start(t, bob, "phone", []string{gw.url}, func(o *Options) { o.OnTyping = func(ty Typing) { got <- ty } })
+		ctx := ctxT(t, 30*time.Second)
+		g, err := a.CreateGroup(ctx, "typing", bob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The gateway lists members from the store, which trails the log:
+		// wait until sync finds the create there.
+		for {
+			if evs, _, err := b.Sync(ctx, g.SessionID, 0, 1); err == nil && len(evs) == 1 {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("bob never became a member in the store")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := a.SetTyping(ctx, g.SessionID, true); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ty := <-got:
+			if ty.SessionID != g.SessionID || ty.UserID != alice || !ty.Active || ty.ExpiresIn <= 0 {
+				t.Fatalf("bob got %+v, want alice typing in %s with an expiry", ty, g.SessionID)
+			}
+		case <-ctx.Done():
+			t.Fatal("no typing indicator reached bob")
+		}
+		var se *ServerError
+		if err := b.SetTyping(ctx, "g-nobody-has-this-session", true); !errors.As(err, &se) || se.Name != "not_a_member" {
+			t.Fatalf("typing in a foreign session: %v, want not_a_member", err)
+		}
+	})
+
 	t.Run("errors carry the server's code, name and retryability", func(t *testing.T) {
 		a := p.start(t, user("alice"), "phone", []string{gw.url}, nil)
 		ctx := ctxT(t, 30*time.Second)

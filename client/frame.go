@@ -38,6 +38,10 @@ type serverFrame struct {
 	GatewayID     string `json:"gateway_id"`
 	HeartbeatMs   int64  `json:"heartbeat_ms"`
 	MaxFrameBytes int    `json:"max_frame_bytes"`
+
+	// Typing frames.
+	Active      bool  `json:"active"`
+	ExpiresInMs int64 `json:"expires_in_ms"`
 }
 
 var errBadFrame = errors.New("bad server frame")

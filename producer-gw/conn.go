@@ -216,6 +216,18 @@ func (c *conn) handle(f *wire.ClientFrame) {
 			c.enqueueJSON(wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
 		}
 		return
+	case f.Op == wire.OpTyping:
+		// Its own per-device bound (typing.go), not the request rate:
+		// no Redis round trip per keystroke burst.
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		aerr := a.typing.post(ctx, c.p, f)
+		cancel()
+		if aerr != nil && f.ReqID != "" {
+			c.sendError(f.ReqID, "", aerr)
+		} else if f.ReqID != "" {
+			c.enqueueJSON(wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
+		}
+		return
 	case !a.limits.allow(context.Background(), c.p):
 		c.sendError(f.ReqID, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
 		return
@@ -293,6 +305,20 @@ func (c *conn) enqueue(b []byte) bool {
 		return true
 	default:
 		c.closeWith(closeSlowConsumer, "slow_consumer: reconnect and sync", "slow_consumer")
+		return false
+	}
+}
+
+// offer queues an ephemeral frame, dropping it when the queue is full: a
+// signal that may be lost never closes a connection. It says whether the
+// frame was queued.
+func (c *conn) offer(b []byte) bool {
+	select {
+	case <-c.closing:
+		return false
+	case c.out <- b:
+		return true
+	default:
 		return false
 	}
 }

@@ -85,11 +85,34 @@ func (d *downlink) onBatch(b *imv1.PushBatch) {
 			dup := x.Duplicate
 			d.seqs.resolveSeq(source, ackKey{dup.SessionId, dup.ClientMsgId, dup.SenderUserId},
 				seqResult{seq: dup.Seq, msgID: dup.MsgId, serverTs: dup.OriginalServerTsMs, duplicate: true})
+		case *imv1.PushItem_Ephemeral:
+			d.onEphemeral(x.Ephemeral, it.Recipients)
 		case *imv1.PushItem_Ack:
 			a := x.Ack
 			d.seqs.resolveSeq(source, ackKey{a.SessionId, a.ClientMsgId, a.SenderUserId},
 				seqResult{seq: a.Seq, msgID: a.MsgId, serverTs: a.ServerTsMs,
 					uplink: uplinkPos{a.UplinkPartition, a.UplinkOffset, true}})
+		}
+	}
+}
+
+// onEphemeral writes a typing indicator to its recipients' connections
+// here, dropping it for a connection whose queue is full.
+func (d *downlink) onEphemeral(e *imv1.Ephemeral, recipients []*imv1.Recipient) {
+	frame, ok := typingFrame(e)
+	if !ok {
+		d.m.pushItems.WithLabelValues("dropped_unknown_ephemeral").Inc()
+		return
+	}
+	for _, r := range recipients {
+		c := d.conns.conn(r.ConnId)
+		switch {
+		case c == nil || c.p.UserID != r.UserId:
+			d.m.pushItems.WithLabelValues("dropped_no_conn").Inc()
+		case !c.offer(frame):
+			d.m.pushItems.WithLabelValues("dropped_ephemeral_full").Inc()
+		default:
+			d.m.pushItems.WithLabelValues("ephemeral").Inc()
 		}
 	}
 }

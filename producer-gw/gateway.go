@@ -58,6 +58,10 @@ type Gateway struct {
 	rdb      redis.UniversalClient
 	presence *presence.Store
 	receiver delivery.Receiver
+	// sender hands ephemeral signals (typing) to other gateways, over the
+	// push transports: a direct stream where the gateway serves one,
+	// Redis pub/sub otherwise.
+	sender delivery.Sender
 	// pushReady is closed once the push subscription is confirmed (nil
 	// when the receiver was injected).
 	pushReady <-chan struct{}
@@ -75,6 +79,7 @@ type Gateway struct {
 	down     *downlink
 	history  *history
 	receipts *receipts
+	typing   *typing
 	api      *api
 }
 
@@ -150,6 +155,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	bg.Go(func() error { return g.members.Run(bgCtx) })
 	bg.Go(func() error { return g.limits.Run(bgCtx) })
 	bg.Go(func() error { return g.waiters.Run(bgCtx) })
+	bg.Go(func() error { return g.typing.Run(bgCtx) })
 	bg.Go(func() error {
 		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz}).Run(bgCtx)
 	})
@@ -234,6 +240,11 @@ func (g *Gateway) connect(ctx context.Context) error {
 	if g.receiver == nil {
 		g.receiver, g.pushReady = pushReceivers(g.cfg, g.rdb, g.log, g.m)
 	}
+	if g.sender == nil {
+		g.sender = delivery.NewChainSender(
+			delivery.NewTCPSender(delivery.NewRedisRegistry(g.rdb), delivery.TCPSenderOptions{Log: g.log}),
+			delivery.NewRedisSender(g.rdb, delivery.RedisSenderOptions{}))
+	}
 	return nil
 }
 
@@ -249,10 +260,14 @@ func (g *Gateway) compose() {
 	g.down = newDownlink(g.cfg.GatewayID, g.receiver, g.waiters, g.members, g.hub, g.tracer, g.log, g.m)
 	g.history = newHistory(g.store, g.members, g.log)
 	g.receipts = newReceipts(g.cfg, g.kc, g.members, g.log, g.m, g.now)
-	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.log, g.m, g.now)
+	g.typing = newTyping(g.cfg.GatewayID, g.members, g.store, g.presence, g.sender, g.log, g.m, g.now)
+	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.typing, g.log, g.m, g.now)
 }
 
 func (g *Gateway) closeClients() {
+	if g.sender != nil {
+		_ = g.sender.Close()
+	}
 	if g.kc != nil {
 		g.kc.Close()
 	}

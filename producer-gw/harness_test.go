@@ -262,6 +262,11 @@ type frame struct {
 	HasMoreBefore bool                 `json:"has_more_before"`
 	Sessions      []wire.SessionChange `json:"sessions"`
 	ConnID        string               `json:"conn_id"`
+	// Typing frames.
+	UserID      string `json:"user_id"`
+	DeviceID    string `json:"device_id"`
+	Active      bool   `json:"active"`
+	ExpiresInMs int64  `json:"expires_in_ms"`
 }
 
 // client is a WebSocket client as any non-SDK client would write it.

@@ -53,7 +53,7 @@ func (a *api) serveOp(w http.ResponseWriter, r *http.Request) {
 	op := r.PathValue("op")
 	switch op {
 	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers,
-		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered:
+		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpTyping:
 	default:
 		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", op))
 		return
@@ -91,6 +91,16 @@ func (a *api) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Principa
 		b := a.receipts.batch(p)
 		b.add(f.Cursors)
 		b.stop()
+		writeJSON(w, http.StatusOK, wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
+		return
+	}
+	if f.Op == wire.OpTyping {
+		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
+		defer cancel()
+		if aerr := a.typing.post(ctx, p, f); aerr != nil {
+			a.httpError(w, "", aerr)
+			return
+		}
 		writeJSON(w, http.StatusOK, wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
 		return
 	}

@@ -137,6 +137,8 @@ func (f *ClientFrame) Validate(l Limits) *apierr.Error {
 				return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "cursors.seq must be > 0")
 			}
 		}
+	case OpTyping:
+		return idField("session_id", f.SessionID, MaxSessionIDBytes)
 	case OpChanges, OpPing:
 	case "":
 		return apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "op is missing")

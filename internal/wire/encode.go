@@ -297,5 +297,8 @@ func (f *ClientFrame) AppendJSON(dst []byte) ([]byte, error) {
 		}
 		dst = append(dst, ']')
 	}
+	if f.Active {
+		dst = append(dst, `,"active":true`...)
+	}
 	return append(dst, '}'), nil
 }

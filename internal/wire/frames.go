@@ -20,6 +20,8 @@ const (
 	OpRead          = "read"
 	OpDelivered     = "delivered"
 	OpPing          = "ping"
+	// OpTyping is an ephemeral signal: never sequenced, may be lost.
+	OpTyping = "typing"
 )
 
 // Server frame ops.
@@ -87,9 +89,13 @@ type ClientFrame struct {
 	BeforeSeq int64 `json:"before_seq,omitempty"`
 	AroundSeq int64 `json:"around_seq,omitempty"`
 	Limit     int   `json:"limit,omitempty"`
-	Seq      int64 `json:"seq,omitempty"`
+	Seq       int64 `json:"seq,omitempty"`
 
 	Cursors []Cursor `json:"cursors,omitempty"`
+
+	// Active says, in a typing frame, that the user is typing (absent or
+	// false: stopped).
+	Active bool `json:"active,omitempty"`
 }
 
 // Cursor is a (session, seq) position: in delivered frames, the highest
@@ -163,6 +169,18 @@ type Message struct {
 	// Current state in sync results.
 	Edited   bool `json:"edited,omitempty"`
 	Recalled bool `json:"recalled,omitempty"`
+}
+
+// TypingFrame tells a device that another member of a session is typing
+// (active) or stopped. It is ephemeral: show it for ExpiresInMs at most
+// unless a newer one comes; it has no seq and is never synced.
+type TypingFrame struct {
+	Op          string `json:"op"`
+	SessionID   string `json:"session_id"`
+	UserID      string `json:"user_id"`
+	DeviceID    string `json:"device_id"`
+	Active      bool   `json:"active"`
+	ExpiresInMs int64  `json:"expires_in_ms"`
 }
 
 // EventFrame pushes one event to a device.

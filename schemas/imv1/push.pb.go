@@ -106,6 +106,7 @@ type PushItem struct {
 	//	*PushItem_Event
 	//	*PushItem_Duplicate
 	//	*PushItem_Ack
+	//	*PushItem_Ephemeral
 	Item isPushItem_Item `protobuf_oneof:"item"`
 	// traceparent is the W3C trace context of the event's Kafka record (the
 	// gateway's send span), so the gateway's delivery span joins its trace.
@@ -186,6 +187,15 @@ func (x *PushItem) GetAck() *SeqAck {
 	return nil
 }
 
+func (x *PushItem) GetEphemeral() *Ephemeral {
+	if x != nil {
+		if x, ok := x.Item.(*PushItem_Ephemeral); ok {
+			return x.Ephemeral
+		}
+	}
+	return nil
+}
+
 func (x *PushItem) GetTraceparent() string {
 	if x != nil {
 		return x.Traceparent
@@ -209,11 +219,17 @@ type PushItem_Ack struct {
 	Ack *SeqAck `protobuf:"bytes,5,opt,name=ack,proto3,oneof"`
 }
 
+type PushItem_Ephemeral struct {
+	Ephemeral *Ephemeral `protobuf:"bytes,6,opt,name=ephemeral,proto3,oneof"`
+}
+
 func (*PushItem_Event) isPushItem_Item() {}
 
 func (*PushItem_Duplicate) isPushItem_Item() {}
 
 func (*PushItem_Ack) isPushItem_Item() {}
+
+func (*PushItem_Ephemeral) isPushItem_Item() {}
 
 // Recipient is one connection of a user's device on the gateway.
 type Recipient struct {
@@ -384,6 +400,165 @@ func (x *SeqAck) GetUplinkOffset() int64 {
 	return 0
 }
 
+// Ephemeral is a signal that is never sequenced and never enters Kafka:
+// typing indicators. The sender's gateway hands it straight to the
+// gateways holding the other members' connections, over the same
+// transport as pushes, with its recipients. It may be lost (a gateway
+// restart, a full connection queue); a client never fills a gap of them.
+type Ephemeral struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SessionId      string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SenderUserId   string                 `protobuf:"bytes,2,opt,name=sender_user_id,json=senderUserId,proto3" json:"sender_user_id,omitempty"`
+	SenderDeviceId string                 `protobuf:"bytes,3,opt,name=sender_device_id,json=senderDeviceId,proto3" json:"sender_device_id,omitempty"`
+	// sent_ts_ms is when the sender's gateway handed it on.
+	SentTsMs int64 `protobuf:"varint,4,opt,name=sent_ts_ms,json=sentTsMs,proto3" json:"sent_ts_ms,omitempty"`
+	// Types that are valid to be assigned to Signal:
+	//
+	//	*Ephemeral_Typing
+	Signal        isEphemeral_Signal `protobuf_oneof:"signal"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ephemeral) Reset() {
+	*x = Ephemeral{}
+	mi := &file_seqflow_im_v1_push_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ephemeral) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ephemeral) ProtoMessage() {}
+
+func (x *Ephemeral) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_push_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ephemeral.ProtoReflect.Descriptor instead.
+func (*Ephemeral) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_push_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Ephemeral) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Ephemeral) GetSenderUserId() string {
+	if x != nil {
+		return x.SenderUserId
+	}
+	return ""
+}
+
+func (x *Ephemeral) GetSenderDeviceId() string {
+	if x != nil {
+		return x.SenderDeviceId
+	}
+	return ""
+}
+
+func (x *Ephemeral) GetSentTsMs() int64 {
+	if x != nil {
+		return x.SentTsMs
+	}
+	return 0
+}
+
+func (x *Ephemeral) GetSignal() isEphemeral_Signal {
+	if x != nil {
+		return x.Signal
+	}
+	return nil
+}
+
+func (x *Ephemeral) GetTyping() *Typing {
+	if x != nil {
+		if x, ok := x.Signal.(*Ephemeral_Typing); ok {
+			return x.Typing
+		}
+	}
+	return nil
+}
+
+type isEphemeral_Signal interface {
+	isEphemeral_Signal()
+}
+
+type Ephemeral_Typing struct {
+	Typing *Typing `protobuf:"bytes,10,opt,name=typing,proto3,oneof"`
+}
+
+func (*Ephemeral_Typing) isEphemeral_Signal() {}
+
+// Typing says a user is typing in a session (active) or stopped. Clients
+// show it for expires_in_ms at most unless it is repeated: an indicator
+// whose stop was lost goes away by itself.
+type Typing struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Active        bool                   `protobuf:"varint,1,opt,name=active,proto3" json:"active,omitempty"`
+	ExpiresInMs   int64                  `protobuf:"varint,2,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Typing) Reset() {
+	*x = Typing{}
+	mi := &file_seqflow_im_v1_push_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Typing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Typing) ProtoMessage() {}
+
+func (x *Typing) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_push_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Typing.ProtoReflect.Descriptor instead.
+func (*Typing) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_push_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Typing) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *Typing) GetExpiresInMs() int64 {
+	if x != nil {
+		return x.ExpiresInMs
+	}
+	return 0
+}
+
 var File_seqflow_im_v1_push_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_push_proto_rawDesc = "" +
@@ -395,14 +570,15 @@ const file_seqflow_im_v1_push_proto_rawDesc = "" +
 	"\x05items\x18\x02 \x03(\v2\x17.seqflow.im.v1.PushItemR\x05items\x12\x1c\n" +
 	"\n" +
 	"sent_ts_ms\x18\x03 \x01(\x03R\bsentTsMs\x12\x16\n" +
-	"\x06sender\x18\x04 \x01(\tR\x06sender\"\x8d\x02\n" +
+	"\x06sender\x18\x04 \x01(\tR\x06sender\"\xc7\x02\n" +
 	"\bPushItem\x128\n" +
 	"\n" +
 	"recipients\x18\x01 \x03(\v2\x18.seqflow.im.v1.RecipientR\n" +
 	"recipients\x125\n" +
 	"\x05event\x18\x02 \x01(\v2\x1d.seqflow.im.v1.SequencedEventH\x00R\x05event\x12;\n" +
 	"\tduplicate\x18\x03 \x01(\v2\x1b.seqflow.im.v1.DuplicateAckH\x00R\tduplicate\x12)\n" +
-	"\x03ack\x18\x05 \x01(\v2\x15.seqflow.im.v1.SeqAckH\x00R\x03ack\x12 \n" +
+	"\x03ack\x18\x05 \x01(\v2\x15.seqflow.im.v1.SeqAckH\x00R\x03ack\x128\n" +
+	"\tephemeral\x18\x06 \x01(\v2\x18.seqflow.im.v1.EphemeralH\x00R\tephemeral\x12 \n" +
 	"\vtraceparent\x18\x04 \x01(\tR\vtraceparentB\x06\n" +
 	"\x04item\"Z\n" +
 	"\tRecipient\x12\x17\n" +
@@ -419,7 +595,20 @@ const file_seqflow_im_v1_push_proto_rawDesc = "" +
 	"\fserver_ts_ms\x18\x06 \x01(\x03R\n" +
 	"serverTsMs\x12)\n" +
 	"\x10uplink_partition\x18\a \x01(\x05R\x0fuplinkPartition\x12#\n" +
-	"\ruplink_offset\x18\b \x01(\x03R\fuplinkOffsetB.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
+	"\ruplink_offset\x18\b \x01(\x03R\fuplinkOffset\"\xd3\x01\n" +
+	"\tEphemeral\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
+	"\x0esender_user_id\x18\x02 \x01(\tR\fsenderUserId\x12(\n" +
+	"\x10sender_device_id\x18\x03 \x01(\tR\x0esenderDeviceId\x12\x1c\n" +
+	"\n" +
+	"sent_ts_ms\x18\x04 \x01(\x03R\bsentTsMs\x12/\n" +
+	"\x06typing\x18\n" +
+	" \x01(\v2\x15.seqflow.im.v1.TypingH\x00R\x06typingB\b\n" +
+	"\x06signal\"D\n" +
+	"\x06Typing\x12\x16\n" +
+	"\x06active\x18\x01 \x01(\bR\x06active\x12\"\n" +
+	"\rexpires_in_ms\x18\x02 \x01(\x03R\vexpiresInMsB.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
 
 var (
 	file_seqflow_im_v1_push_proto_rawDescOnce sync.Once
@@ -433,26 +622,30 @@ func file_seqflow_im_v1_push_proto_rawDescGZIP() []byte {
 	return file_seqflow_im_v1_push_proto_rawDescData
 }
 
-var file_seqflow_im_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_seqflow_im_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_seqflow_im_v1_push_proto_goTypes = []any{
 	(*PushBatch)(nil),      // 0: seqflow.im.v1.PushBatch
 	(*PushItem)(nil),       // 1: seqflow.im.v1.PushItem
 	(*Recipient)(nil),      // 2: seqflow.im.v1.Recipient
 	(*SeqAck)(nil),         // 3: seqflow.im.v1.SeqAck
-	(*SequencedEvent)(nil), // 4: seqflow.im.v1.SequencedEvent
-	(*DuplicateAck)(nil),   // 5: seqflow.im.v1.DuplicateAck
+	(*Ephemeral)(nil),      // 4: seqflow.im.v1.Ephemeral
+	(*Typing)(nil),         // 5: seqflow.im.v1.Typing
+	(*SequencedEvent)(nil), // 6: seqflow.im.v1.SequencedEvent
+	(*DuplicateAck)(nil),   // 7: seqflow.im.v1.DuplicateAck
 }
 var file_seqflow_im_v1_push_proto_depIdxs = []int32{
 	1, // 0: seqflow.im.v1.PushBatch.items:type_name -> seqflow.im.v1.PushItem
 	2, // 1: seqflow.im.v1.PushItem.recipients:type_name -> seqflow.im.v1.Recipient
-	4, // 2: seqflow.im.v1.PushItem.event:type_name -> seqflow.im.v1.SequencedEvent
-	5, // 3: seqflow.im.v1.PushItem.duplicate:type_name -> seqflow.im.v1.DuplicateAck
+	6, // 2: seqflow.im.v1.PushItem.event:type_name -> seqflow.im.v1.SequencedEvent
+	7, // 3: seqflow.im.v1.PushItem.duplicate:type_name -> seqflow.im.v1.DuplicateAck
 	3, // 4: seqflow.im.v1.PushItem.ack:type_name -> seqflow.im.v1.SeqAck
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	4, // 5: seqflow.im.v1.PushItem.ephemeral:type_name -> seqflow.im.v1.Ephemeral
+	5, // 6: seqflow.im.v1.Ephemeral.typing:type_name -> seqflow.im.v1.Typing
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_seqflow_im_v1_push_proto_init() }
@@ -465,6 +658,10 @@ func file_seqflow_im_v1_push_proto_init() {
 		(*PushItem_Event)(nil),
 		(*PushItem_Duplicate)(nil),
 		(*PushItem_Ack)(nil),
+		(*PushItem_Ephemeral)(nil),
+	}
+	file_seqflow_im_v1_push_proto_msgTypes[4].OneofWrappers = []any{
+		(*Ephemeral_Typing)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -472,7 +669,7 @@ func file_seqflow_im_v1_push_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_seqflow_im_v1_push_proto_rawDesc), len(file_seqflow_im_v1_push_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/seqflow/seqflow/internal/apierr"
+	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/internal/delivery"
+	"github.com/seqflow/seqflow/internal/presence"
+	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// Typing indicators are ephemeral: they never enter Kafka. The sender's
+// gateway checks membership, then hands each one to the gateways holding
+// the other members' connections (presence in Redis), over the push
+// transport, and those write it to the connections, dropping it rather
+// than wait when a connection's queue is full. One may be lost anywhere on
+// the way; each carries how long a client shows it, so a lost stop ends
+// by itself.
+const (
+	// typingExpiry is how long a client shows an indicator that is not
+	// repeated: clients repeat an active one every few seconds.
+	typingExpiry = 6 * time.Second
+	// typingRate and typingBurst bound a device's typing frames; more are
+	// dropped (and refused with rate_limited when they carry a req_id).
+	typingRate, typingBurst = 2, 4
+	// typingMaxMembers: a session with more members gets no indicators
+	// (in a group that large they are noise, and the fan-out would cost
+	// every member's presence lookup per keystroke burst).
+	typingMaxMembers = 500
+	// typingQueue bounds the indicators waiting for their fan-out; past it
+	// they are dropped.
+	typingQueue = 1024
+	// memberListTTL is how long a session's member list is reused.
+	memberListTTL = time.Second
+)
+
+// memberLister lists a session's current members (the message store). It
+// blocks on PostgreSQL; ctx bounds it.
+type memberLister interface {
+	Members(ctx context.Context, sessionID string) ([]string, error)
+}
+
+// presenceReader finds users' connections (presence in Redis). It blocks
+// on Redis; ctx bounds it.
+type presenceReader interface {
+	Lookup(ctx context.Context, users []string) (map[string][]presence.Conn, error)
+}
+
+var (
+	_ memberLister   = (*store.Store)(nil)
+	_ presenceReader = (*presence.Store)(nil)
+)
+
+// typing fans typing indicators out from this gateway: the read loop calls
+// post, which only touches memory; Run does the lookups and the sends.
+type typing struct {
+	gatewayID string
+	members   memberChecker
+	list      memberLister
+	presence  presenceReader
+	send      delivery.Sender
+	limits    *limiters // per device
+	queue     chan *imv1.Ephemeral
+	log       *slog.Logger
+	m         *metrics
+	now       func() time.Time
+
+	mu    sync.Mutex
+	lists map[string]memberList // session → members, reused for memberListTTL
+}
+
+type memberList struct {
+	users []string
+	at    time.Time
+}
+
+func newTyping(gatewayID string, members memberChecker, list memberLister, pr presenceReader, send delivery.Sender,
+	log *slog.Logger, m *metrics, now func() time.Time) *typing {
+	return &typing{gatewayID: gatewayID, members: members, list: list, presence: pr, send: send,
+		limits: newLimiters(typingRate, typingBurst, now), queue: make(chan *imv1.Ephemeral, typingQueue),
+		log: log, m: m, now: now, lists: map[string]memberList{}}
+}
+
+// post takes a typing frame of p's device. It blocks only on the
+// membership check (memory, or PostgreSQL on a cache miss; ctx bounds it)
+// and returns an error for a non-member or a device over its rate; the
+// fan-out happens in Run.
+func (t *typing) post(ctx context.Context, p auth.Principal, f *wire.ClientFrame) *apierr.Error {
+	if !t.limits.allow(p.UserID+"/"+p.DeviceID, t.now()) {
+		t.m.typing.WithLabelValues("rate_limited").Inc()
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, "typing indicators: at most 2 a second per device")
+	}
+	if err := requireMember(ctx, t.members, t.log, f.SessionID, p.UserID); err != nil {
+		t.m.typing.WithLabelValues("not_a_member").Inc()
+		return err
+	}
+	e := &imv1.Ephemeral{SessionId: f.SessionID, SenderUserId: p.UserID, SenderDeviceId: p.DeviceID,
+		Signal: &imv1.Ephemeral_Typing{Typing: &imv1.Typing{Active: f.Active, ExpiresInMs: typingExpiry.Milliseconds()}}}
+	select {
+	case t.queue <- e:
+	default:
+		t.m.typing.WithLabelValues("dropped_queue_full").Inc()
+	}
+	return nil
+}
+
+// Run fans out queued indicators until ctx ends, and returns ctx.Err().
+func (t *typing) Run(ctx context.Context) error {
+	sweep := time.NewTicker(memberListTTL)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sweep.C:
+			t.sweep()
+		case e := <-t.queue:
+			t.fanOut(ctx, e)
+		}
+	}
+}
+
+// fanOut hands e to the gateways of the other members' connections; a
+// lookup or send that fails drops it (counted).
+func (t *typing) fanOut(ctx context.Context, e *imv1.Ephemeral) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	users, err := t.memberList(ctx, e.SessionId)
+	if err != nil {
+		t.m.typing.WithLabelValues("dropped_error").Inc()
+		t.log.Warn("typing: list members", "session_id", e.SessionId, "err", err)
+		return
+	}
+	if len(users) > typingMaxMembers {
+		t.m.typing.WithLabelValues("dropped_large_group").Inc()
+		return
+	}
+	others := make([]string, 0, len(users))
+	for _, u := range users {
+		if u != e.SenderUserId {
+			others = append(others, u)
+		}
+	}
+	conns, err := t.presence.Lookup(ctx, others)
+	if err != nil {
+		t.m.typing.WithLabelValues("dropped_error").Inc()
+		t.log.Warn("typing: presence lookup", "session_id", e.SessionId, "err", err)
+		return
+	}
+	byGateway := map[string][]*imv1.Recipient{}
+	for user, cs := range conns {
+		for _, c := range cs {
+			byGateway[c.GatewayID] = append(byGateway[c.GatewayID], &imv1.Recipient{UserId: user, DeviceId: c.DeviceID, ConnId: c.ConnID})
+		}
+	}
+	e.SentTsMs = t.now().UnixMilli()
+	for gw, rs := range byGateway {
+		b := &imv1.PushBatch{GatewayId: gw, Sender: "gateway", SentTsMs: e.SentTsMs,
+			Items: []*imv1.PushItem{{Recipients: rs, Item: &imv1.PushItem_Ephemeral{Ephemeral: e}}}}
+		if err := t.send.Send(ctx, b); err != nil {
+			t.m.typing.WithLabelValues("dropped_error").Inc()
+			t.log.Warn("typing: send to gateway", "gateway_id", gw, "err", err)
+			continue
+		}
+	}
+	t.m.typing.WithLabelValues("sent").Inc()
+}
+
+func (t *typing) memberList(ctx context.Context, session string) ([]string, error) {
+	t.mu.Lock()
+	l, ok := t.lists[session]
+	t.mu.Unlock()
+	if ok && t.now().Sub(l.at) < memberListTTL {
+		return l.users, nil
+	}
+	users, err := t.list.Members(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	t.lists[session] = memberList{users: users, at: t.now()}
+	t.mu.Unlock()
+	return users, nil
+}
+
+func (t *typing) sweep() {
+	now := t.now()
+	t.limits.sweep(now)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for s, l := range t.lists {
+		if now.Sub(l.at) >= memberListTTL {
+			delete(t.lists, s)
+		}
+	}
+}
+
+// typingFrame renders e for a recipient's connection.
+func typingFrame(e *imv1.Ephemeral) ([]byte, bool) {
+	ty := e.GetTyping()
+	if ty == nil {
+		return nil, false
+	}
+	b, err := json.Marshal(wire.TypingFrame{Op: wire.OpTyping, SessionID: e.SessionId, UserID: e.SenderUserId,
+		DeviceID: e.SenderDeviceId, Active: ty.Active, ExpiresInMs: ty.ExpiresInMs})
+	return b, err == nil
+}
