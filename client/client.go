@@ -666,7 +666,8 @@ func (c *Client) SyncAround(ctx context.Context, session string, seq int64, limi
 	return r.Messages, r.HasMoreBefore, r.HasMore, err
 }
 
-// Changes returns every session of the user with its max_seq and read_seq.
+// Changes returns every session of the user with its max_seq, read_seq and
+// unread count (the total is their sum).
 func (c *Client) Changes(ctx context.Context) ([]wire.SessionChange, error) {
 	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpChanges})
 	return r.Sessions, err

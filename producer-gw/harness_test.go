@@ -261,6 +261,7 @@ type frame struct {
 	HasMore       bool                 `json:"has_more"`
 	HasMoreBefore bool                 `json:"has_more_before"`
 	Sessions      []wire.SessionChange `json:"sessions"`
+	TotalUnread   int64                `json:"total_unread"`
 	ConnID        string               `json:"conn_id"`
 	// Typing frames.
 	UserID      string `json:"user_id"`

@@ -110,7 +110,9 @@ func (h *history) changes(ctx context.Context, p auth.Principal, f *wire.ClientF
 		if !h.members.mayReceive(s.SessionID, p.UserID, s.MaxSeq) {
 			continue
 		}
-		res.Sessions = append(res.Sessions, wire.SessionChange{SessionID: s.SessionID, MaxSeq: s.MaxSeq, ReadSeq: s.ReadSeq, Preview: s.LastPreview})
+		res.Sessions = append(res.Sessions, wire.SessionChange{SessionID: s.SessionID, MaxSeq: s.MaxSeq, ReadSeq: s.ReadSeq,
+			Preview: s.LastPreview, Unread: s.Unread})
+		res.TotalUnread += s.Unread
 	}
 	return res, nil
 }

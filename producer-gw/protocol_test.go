@@ -231,6 +231,10 @@ func TestProtocol(t *testing.T) {
 		if found == nil || found.MaxSeq != last.Seq || found.ReadSeq != 0 {
 			t.Fatalf("changes = %+v, want %s at max_seq %d read_seq 0", ch.Sessions, sid, last.Seq)
 		}
+		// Alice's 8 messages are unread; the create is no message.
+		if found.Unread != 8 || ch.TotalUnread != 8 {
+			t.Fatalf("unread %d, total %d; want 8 and 8", found.Unread, ch.TotalUnread)
+		}
 		// Page through with a small limit.
 		var got []wire.Message
 		after := int64(0)
@@ -315,6 +319,9 @@ func TestProtocol(t *testing.T) {
 			b.send(map[string]any{"op": "changes", "req_id": "c2"})
 			ch := b.result("c2")
 			if len(ch.Sessions) == 1 && ch.Sessions[0].ReadSeq == last.Seq {
+				if ch.Sessions[0].Unread != 0 || ch.TotalUnread != 0 {
+					t.Fatalf("read up to the last message, unread %d, total %d; want 0", ch.Sessions[0].Unread, ch.TotalUnread)
+				}
 				break
 			}
 			if time.Now().After(deadline) {

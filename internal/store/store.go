@@ -58,6 +58,11 @@ type SessionState struct {
 	// LastMsgID and LastTsMs are those of the event at MaxSeq.
 	LastMsgID int64
 	LastTsMs  int64
+	// Unread counts the chat messages of others after the user's read
+	// cursor and after they last joined, leaving out recalled ones; edits,
+	// recalls, membership and session events never count. Changes fills
+	// it.
+	Unread int64
 }
 
 // Store reads the message store. It is safe for concurrent use. Every
@@ -174,7 +179,10 @@ func (s *Store) Changes(ctx context.Context, userID string) ([]SessionState, err
 	rows, err := s.pool.Query(ctx, fmt.Sprintf(`
 		SELECT m.session_id, COALESCE(x.kind, ''), COALESCE(x.title, ''), COALESCE(x.last_seq, 0),
 		       COALESCE(r.read_seq, 0), m.joined_seq, COALESCE(x.last_preview, ''), COALESCE(x.last_preview_seq, 0),
-		       COALESCE(x.last_msg_id, 0), COALESCE(x.last_ts_ms, 0)
+		       COALESCE(x.last_msg_id, 0), COALESCE(x.last_ts_ms, 0),
+		       (SELECT count(*) FROM %[1]s.messages u
+		        WHERE u.session_id = m.session_id AND u.seq > GREATEST(COALESCE(r.read_seq, 0), m.joined_seq)
+		          AND u.kind = 'message' AND u.sender_user_id <> m.user_id AND u.recalled_seq IS NULL)
 		FROM %[1]s.session_members m
 		LEFT JOIN %[1]s.sessions x ON x.session_id = m.session_id
 		LEFT JOIN %[1]s.read_cursors r ON r.session_id = m.session_id AND r.user_id = m.user_id
@@ -186,7 +194,7 @@ func (s *Store) Changes(ctx context.Context, userID string) ([]SessionState, err
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SessionState, error) {
 		var st SessionState
 		err := r.Scan(&st.SessionID, &st.Kind, &st.Title, &st.MaxSeq, &st.ReadSeq, &st.JoinedSeq,
-			&st.LastPreview, &st.LastPreviewSeq, &st.LastMsgID, &st.LastTsMs)
+			&st.LastPreview, &st.LastPreviewSeq, &st.LastMsgID, &st.LastTsMs, &st.Unread)
 		return st, err
 	})
 	if err != nil {

@@ -211,6 +211,9 @@ type SessionChange struct {
 	MaxSeq    int64  `json:"max_seq"`
 	ReadSeq   int64  `json:"read_seq"`
 	Preview   string `json:"preview,omitempty"`
+	// Unread counts the chat messages of others after read_seq (and after
+	// the user joined), recalled ones left out; other events never count.
+	Unread int64 `json:"unread"`
 }
 
 // ChangesResult answers changes: every session of the user.
@@ -218,6 +221,8 @@ type ChangesResult struct {
 	Op       string          `json:"op"`
 	ReqID    string          `json:"req_id,omitempty"`
 	Sessions []SessionChange `json:"sessions"`
+	// TotalUnread is the sum of the sessions' unread counts.
+	TotalUnread int64 `json:"total_unread"`
 }
 
 // OK answers read, delivered and ping-less requests that return nothing.
