@@ -66,6 +66,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
@@ -288,11 +289,46 @@ func (r *Replayer) attempt(ctx context.Context, def *imv1.ReplayDefinition, run 
 			return nil, err
 		}
 	}
+	if err := waitVisible(ctx, kadm.NewClient(prod), def.GetReplayTopic()); err != nil {
+		return nil, err
+	}
 	out := &Status{Def: def}
 	for _, rg := range def.GetRanges() {
 		out.Partitions = append(out.Partitions, parts[rg.GetPartition()].PartitionStatus)
 	}
 	return out, nil
+}
+
+// waitVisible waits until read_committed readers of topic see everything
+// written to it: a commit returns once the transaction coordinator has
+// decided, and the markers reach the partitions a moment later. Until
+// they do, a reader (and ReadStatus) stops before the last transaction,
+// so "complete" would not yet mean "readable".
+func waitVisible(ctx context.Context, adm *kadm.Client, topic string) error {
+	for {
+		ends, err := listed(adm.ListEndOffsets(ctx, topic))
+		if err != nil {
+			return err
+		}
+		stable, err := listed(adm.ListCommittedOffsets(ctx, topic))
+		if err != nil {
+			return err
+		}
+		visible := true
+		for p, e := range ends {
+			if stable[p] < e {
+				visible = false
+			}
+		}
+		if visible {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // copier is one attempt's copy loop.
