@@ -2,7 +2,7 @@
 //
 //	seqflow setup                      create topics and apply migrations
 //	seqflow uplink -session S -from U  publish raw uplinks (bypassing the gateway)
-//	seqflow tap                        print committed sequenced events as JSON lines
+//	seqflow tap                        print committed events of a topic (JSON lines, protobuf JSON or raw), optionally in a consumer group
 //
 // Connection settings come from SEQFLOW_KAFKA_BROKERS and SEQFLOW_PG_URL,
 // falling back to .data/local.env of the local stack.
@@ -25,7 +25,7 @@ type command struct {
 var commands = map[string]command{
 	"setup":  {"create topics and apply PostgreSQL migrations (idempotent)", runSetup},
 	"uplink": {"publish raw uplinks to im.uplink.v1, as a gateway would", runUplink},
-	"tap":    {"print committed events of a topic as JSON lines", runTap},
+	"tap":    {"print committed events of a topic as JSON lines, protobuf JSON or raw; -group resumes where it stopped", runTap},
 	"replay": {"rebuild the message store from the log into a fresh schema, verify, optionally switch", runReplay},
 	"verify": {"audit the message store against the log; exit status 1 when they differ", runVerify},
 	"token":  {"mint a development bearer token for producer-gw", runToken},

@@ -1,64 +1,79 @@
 package main
 
 import (
+	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/schemas"
-	"github.com/seqflow/seqflow/schemas/imv1"
 )
-
-// tapLine is one JSON line of `seqflow tap`.
-type tapLine struct {
-	Topic     string          `json:"topic"`
-	Partition int32           `json:"partition"`
-	Offset    int64           `json:"offset"`
-	Type      string          `json:"type"`
-	Event     json.RawMessage `json:"event"`
-}
 
 func runTap(ctx context.Context, args []string) error { return tap(ctx, os.Stdout, args) }
 
+// tapCommitTimeout bounds the offset commit after a batch is written; it
+// runs even when ctx was cancelled meanwhile, so an interrupt does not
+// throw away the commit of what was already printed.
+const tapCommitTimeout = 10 * time.Second
+
+// tapSessionTimeout is the group session timeout of `tap -group`: a tap
+// killed without leaving its group holds its partitions this long before
+// a restarted one gets them back.
+const tapSessionTimeout = 10 * time.Second
+
+// tap prints the committed records of one topic, each decoded by its
+// schema (tap_schema.go), in one of the formats of tap_format.go. It reads
+// with isolation level read_committed: records of aborted transactions
+// never show.
+//
+// Without -group it reads from -from and remembers nothing. With -group
+// NAME it consumes as a member of consumer group NAME: partitions are
+// shared with the group's other members, -from applies only to partitions
+// the group has no committed offset for, and it commits offsets itself,
+// synchronously, after each batch of records has been written to out and
+// flushed, never before (records skipped by -session or -type count as
+// handled). So a tap stopped in any way resumes, in the same group, after
+// the last record it committed: after a clean stop (interrupt, -n,
+// -idle-exit) that is the last record it printed; after a crash (kill -9,
+// a write error) the records printed since the last commit come again.
+// The output is at least once, never with a gap. Rebalances wait while a
+// batch is written and committed (kgo.BlockRebalanceOnPoll), so a commit
+// never lands for a partition that moved to another member.
 func tap(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("tap", flag.ContinueOnError)
-	topic := fs.String("topic", eventlog.TopicSequenced, "topic to read (without prefix)")
+	topic := fs.String("topic", eventlog.TopicSequenced, "topic to read (without prefix): a seqflow topic (im.sequenced.v1, im.receipts.v1, ...) or any topic whose records carry a seqflow-schema header")
 	prefix := fs.String("topic-prefix", os.Getenv("SEQFLOW_TOPIC_PREFIX"), "topic name prefix")
-	from := fs.String("from", "end", "where to start: start, end, an RFC 3339 time, offset:N (every partition) or offset:P=N,P=N (only those partitions)")
+	from := fs.String("from", "end", "where to start: start, end, an RFC 3339 time, offset:N (every partition) or offset:P=N,P=N (only those partitions; not with -group); with -group only where the group has no committed offset")
+	group := fs.String("group", "", "consume in this consumer group, committing offsets after the output is written, and resume where it stopped (default: no group, nothing remembered)")
+	format := fs.String("format", formatJSON, "output: json (JSON lines, bodies as text when they are text), protojson (protobuf's JSON of each message, as a google.protobuf.Any) or raw (each value preceded by its varint length)")
 	session := fs.String("session", "", "only this session")
-	typ := fs.String("type", "", "only this event type (message, membership, ...)")
+	typ := fs.String("type", "", "only this event type (message, membership, read_receipt, ...)")
 	limit := fs.Int("n", 0, "stop after n events (0 = run until interrupted)")
 	idle := fs.Duration("idle-exit", 0, "exit after this long without events (0 = never)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	newValue, ok := map[string]func() proto.Message{
-		eventlog.TopicSequenced:  func() proto.Message { return &imv1.SequencedEvent{} },
-		eventlog.TopicUplink:     func() proto.Message { return &imv1.Uplink{} },
-		eventlog.TopicDuplicates: func() proto.Message { return &imv1.DuplicateAck{} },
-		eventlog.TopicDeadLetter: func() proto.Message { return &imv1.DeadLetter{} },
-		eventlog.TopicReceipts:   func() proto.Message { return &imv1.ReadReceipt{} },
-		eventlog.TopicOffline:    func() proto.Message { return &imv1.OfflineNotification{} },
-	}[*topic]
+	encode, ok := tapFormats[*format]
 	if !ok {
-		return fmt.Errorf("unknown topic %q", *topic)
+		return fmt.Errorf("-format %q: want json, protojson or raw", *format)
 	}
 	offset, parts, err := tapStart(*from)
 	if err != nil {
 		return err
+	}
+	if *group != "" && parts != nil {
+		return fmt.Errorf("-from %s names partitions, which a consumer group assigns itself: use offset:N, a time, start or end with -group", *from)
 	}
 	st := config.LoadLocal()
 	if len(st.KafkaBrokers) == 0 {
@@ -68,14 +83,22 @@ func tap(ctx context.Context, out io.Writer, args []string) error {
 	if parts != nil {
 		consume = kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*prefix + *topic: parts})
 	}
-	cl, err := kgo.NewClient(append(eventlog.ClientOpts(st.KafkaBrokers, "seqflow-tap"),
-		consume, kgo.ConsumeResetOffset(offset),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	opts := append(eventlog.ClientOpts(st.KafkaBrokers, "seqflow-tap"),
+		consume, kgo.ConsumeResetOffset(offset), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if *group != "" {
+		opts = append(opts, kgo.ConsumerGroup(*group), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
+			kgo.SessionTimeout(tapSessionTimeout), kgo.HeartbeatInterval(eventlog.HeartbeatInterval(tapSessionTimeout)))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	enc := json.NewEncoder(out)
+	// Closing leaves the group, a rebalance that BlockRebalanceOnPoll
+	// would hold up after a poll that returned early (interrupt, -idle-exit).
+	defer cl.CloseAllowingRebalance()
+
+	w := bufio.NewWriter(out)
+	var buf []byte
 	n := 0
 	for {
 		pctx, cancel := ctx, context.CancelFunc(func() {})
@@ -95,33 +118,55 @@ func tap(ctx context.Context, out io.Writer, args []string) error {
 				return fmt.Errorf("fetch %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
 			}
 		}
-		for it := fetches.RecordIter(); !it.Done(); {
+		var handled []*kgo.Record
+		done := false
+		for it := fetches.RecordIter(); !it.Done() && !done; {
 			r := it.Next()
+			handled = append(handled, r)
 			if *session != "" && string(r.Key) != *session {
 				continue
 			}
-			et := eventlog.Header(r, schemas.HeaderEventType)
-			if *typ != "" && et != *typ {
+			if *typ != "" && eventlog.Header(r, schemas.HeaderEventType) != *typ {
 				continue
 			}
-			v := newValue()
-			if err := proto.Unmarshal(r.Value, v); err != nil {
-				fmt.Fprintf(os.Stderr, "skip %s/%d@%d: undecodable: %v\n", r.Topic, r.Partition, r.Offset, err)
+			mt, schemaErr := recordSchema(*topic, r)
+			buf, err = encode(buf[:0], r, mt, schemaErr)
+			if skip := (*skipError)(nil); errors.As(err, &skip) {
+				fmt.Fprintf(os.Stderr, "skip %s/%d@%d: %v\n", r.Topic, r.Partition, r.Offset, skip.why)
 				continue
 			}
-			js, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(v)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "skip %s/%d@%d: %v\n", r.Topic, r.Partition, r.Offset, err)
-				continue
+			if _, err := w.Write(buf); err != nil {
+				return fmt.Errorf("write output: %w", err)
 			}
-			if err := enc.Encode(tapLine{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Type: et, Event: js}); err != nil {
+			n++
+			done = *limit > 0 && n >= *limit
+		}
+		if err := w.Flush(); err != nil {
+			return fmt.Errorf("write output: %w", err)
+		}
+		if *group != "" {
+			if err := commitTapped(ctx, cl, handled); err != nil {
 				return err
 			}
-			if n++; *limit > 0 && n >= *limit {
-				return nil
-			}
+			cl.AllowRebalance()
+		}
+		if done {
+			return nil
 		}
 	}
+}
+
+// commitTapped commits the offsets past records, which are written.
+func commitTapped(ctx context.Context, cl *kgo.Client, records []*kgo.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tapCommitTimeout)
+	defer cancel()
+	if err := cl.CommitRecords(cctx, slices.Clip(records)...); err != nil {
+		return fmt.Errorf("commit offsets: %w", err)
+	}
+	return nil
 }
 
 // tapStart parses -from: the reset offset for every partition, or (for

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/seqflow/seqflow/internal/testkit/clienttest"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -176,30 +179,157 @@ func TestClientCommands(t *testing.T) {
 }
 
 type tapped struct {
-	line tapLine
+	line tapJSONLine
 	ev   *imv1.SequencedEvent
 }
 
-// tapEvents runs tap and decodes its JSON lines back into events.
+// tapJSONLine is one line of tap's json format, as a reader parses it.
+type tapJSONLine struct {
+	Topic         string            `json:"topic"`
+	Partition     int32             `json:"partition"`
+	Offset        int64             `json:"offset"`
+	TimestampMs   int64             `json:"timestamp_ms"`
+	Key           string            `json:"key"`
+	KeyEncoding   string            `json:"key_encoding"`
+	Type          string            `json:"type"`
+	Schema        string            `json:"schema"`
+	Headers       map[string]string `json:"headers"`
+	Event         json.RawMessage   `json:"event"`
+	Error         string            `json:"error"`
+	Value         string            `json:"value"`
+	ValueEncoding string            `json:"value_encoding"`
+}
+
+// tapEvents runs tap (json format) on sequenced events and decodes its
+// lines back into events.
 func tapEvents(t *testing.T, ctx context.Context, args ...string) []tapped {
 	t.Helper()
-	var out bytes.Buffer
-	if err := tap(ctx, &out, args); err != nil {
-		t.Fatal(err)
-	}
 	var got []tapped
-	for _, l := range lines(t, out.String()) {
-		var tl tapLine
-		if err := json.Unmarshal([]byte(l), &tl); err != nil {
-			t.Fatalf("tap printed %q: %v", l, err)
-		}
+	for _, tl := range tapJSON(t, ctx, args...) {
 		ev := &imv1.SequencedEvent{}
-		if err := protojson.Unmarshal(tl.Event, ev); err != nil {
+		if err := fromTapJSON(tl.Event, ev); err != nil {
 			t.Fatalf("tap event %s: %v", tl.Event, err)
 		}
 		got = append(got, tapped{tl, ev})
 	}
 	return got
+}
+
+// tapJSON runs tap and parses its json lines.
+func tapJSON(t *testing.T, ctx context.Context, args ...string) []tapJSONLine {
+	t.Helper()
+	var out bytes.Buffer
+	if err := tap(ctx, &out, args); err != nil {
+		t.Fatal(err)
+	}
+	return parseTapJSON(t, out.Bytes())
+}
+
+func parseTapJSON(t *testing.T, out []byte) []tapJSONLine {
+	t.Helper()
+	var got []tapJSONLine
+	for _, l := range lines(t, string(out)) {
+		var tl tapJSONLine
+		if err := json.Unmarshal([]byte(l), &tl); err != nil {
+			t.Fatalf("tap printed %q: %v", l, err)
+		}
+		got = append(got, tl)
+	}
+	return got
+}
+
+// fromTapJSON reads an event object of tap's json format back into m: the
+// inverse of appendMessage, so tests can show that the format loses
+// nothing. It turns the object into protobuf's JSON (text bytes to
+// base64, markers dropped) and lets protojson read that.
+func fromTapJSON(event []byte, m proto.Message) error {
+	d := json.NewDecoder(bytes.NewReader(event))
+	d.UseNumber() // 64-bit integers stay exact
+	var obj map[string]any
+	if err := d.Decode(&obj); err != nil {
+		return err
+	}
+	pj, err := toProtoJSON(obj, m.ProtoReflect().Descriptor())
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(pj)
+	if err != nil {
+		return err
+	}
+	return protojson.Unmarshal(b, m)
+}
+
+func toProtoJSON(obj map[string]any, md protoreflect.MessageDescriptor) (map[string]any, error) {
+	out := map[string]any{}
+	for k, v := range obj {
+		if name, ok := strings.CutSuffix(k, "_encoding"); ok && md.Fields().ByName(protoreflect.Name(name)) != nil {
+			if v != "base64" {
+				return nil, fmt.Errorf("%s = %v, want base64", k, v)
+			}
+			if _, ok := obj[name]; !ok {
+				return nil, fmt.Errorf("%s without %s", k, name)
+			}
+			continue
+		}
+		fd := md.Fields().ByName(protoreflect.Name(k))
+		if fd == nil {
+			return nil, fmt.Errorf("%s has no field %q", md.FullName(), k)
+		}
+		b64 := obj[k+"_encoding"] == "base64"
+		var err error
+		switch {
+		case fd.IsList():
+			l, _ := v.([]any)
+			conv := make([]any, len(l))
+			for i, e := range l {
+				if conv[i], err = fromTapValue(fd, e, b64); err != nil {
+					return nil, err
+				}
+			}
+			out[k] = conv
+		case fd.IsMap():
+			mp, _ := v.(map[string]any)
+			conv := map[string]any{}
+			for mk, e := range mp {
+				if conv[mk], err = fromTapValue(fd.MapValue(), e, b64); err != nil {
+					return nil, err
+				}
+			}
+			out[k] = conv
+		default:
+			if out[k], err = fromTapValue(fd, v, b64); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func fromTapValue(fd protoreflect.FieldDescriptor, v any, b64 bool) (any, error) {
+	switch fd.Kind() {
+	case protoreflect.MessageKind:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: %v is not an object", fd.FullName(), v)
+		}
+		return toProtoJSON(obj, fd.Message())
+	case protoreflect.BytesKind:
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%s: %v is not a string", fd.FullName(), v)
+		}
+		if b64 {
+			return s, nil
+		}
+		return base64.StdEncoding.EncodeToString([]byte(s)), nil
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		if _, ok := v.(json.Number); !ok {
+			return nil, fmt.Errorf("%s: %v is not a JSON number", fd.FullName(), v)
+		}
+	}
+	return v, nil
 }
 
 func lines(t *testing.T, s string) []string {
