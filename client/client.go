@@ -109,6 +109,11 @@ type Options struct {
 	// are ephemeral (no seq, never synced, may be lost): show one for its
 	// ExpiresIn at most unless a newer one comes.
 	OnTyping func(Typing)
+	// OnSeen receives the read cursors of the other members of the user's
+	// sessions ("alice has read up to seq 42"), coalesced by the gateway,
+	// from the reading goroutine: it must not block. They are ephemeral
+	// and may be lost; SeenBy gives the exact answer.
+	OnSeen func(Seen)
 
 	// Logger gets connection events at Info and Warn. Default: discard.
 	Logger *slog.Logger
@@ -435,6 +440,10 @@ func (c *Client) onFrame(f serverFrame) {
 			c.opts.OnTyping(Typing{SessionID: f.SessionID, UserID: f.UserID, DeviceID: f.DeviceID,
 				Active: f.Active, ExpiresIn: time.Duration(f.ExpiresInMs) * time.Millisecond})
 		}
+	case wire.OpSeen:
+		if c.opts.OnSeen != nil && f.SessionID != "" && f.UserID != "" && f.Seq > 0 {
+			c.opts.OnSeen(Seen{SessionID: f.SessionID, UserID: f.UserID, Seq: f.Seq})
+		}
 	case wire.OpAck, wire.OpSeqNotice, wire.OpError:
 		if f.ClientMsgID != "" {
 			c.snd.onFrame(f)
@@ -671,6 +680,20 @@ func (c *Client) SyncAround(ctx context.Context, session string, seq int64, limi
 func (c *Client) Changes(ctx context.Context) ([]wire.SessionChange, error) {
 	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpChanges})
 	return r.Sessions, err
+}
+
+// Seen is another member's read cursor (Options.OnSeen).
+type Seen struct {
+	SessionID, UserID string
+	Seq               int64
+}
+
+// SeenBy returns who of the session's current members has read it up to
+// seq, the sender of seq left out: their user IDs (sessions of up to 500
+// members; nil above), their count and the member count.
+func (c *Client) SeenBy(ctx context.Context, session string, seq int64) (users []string, count, members int64, _ error) {
+	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpSeenBy, SessionID: session, Seq: seq})
+	return r.Users, r.Count, r.Members, err
 }
 
 // Typing is another member's typing indicator (Options.OnTyping).

@@ -279,6 +279,48 @@ func TestSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("read cursors reach the other members, seen_by lists the readers", func(t *testing.T) {
+		alice, bob := user("alice"), user("bob")
+		seen := make(chan Seen, 4)
+		a := p.start(t, alice, "phone", []string{gw.url}, func(o *Options) { o.OnSeen = func(s Seen) { seen <- s } })
+		b := p.start(t, bob, "phone", []string{gw.url}, nil)
+		ctx := ctxT(t, 30*time.Second)
+		g, err := a.CreateGroup(ctx, "seen", bob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := a.Send(ctx, g.SessionID, Text("read me"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for { // the read receipt needs bob's membership in the store
+			if err := b.MarkRead(ctx, g.SessionID, ack.Seq); err == nil {
+				break
+			} else if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		select {
+		case s := <-seen:
+			if s.SessionID != g.SessionID || s.UserID != bob || s.Seq != ack.Seq {
+				t.Fatalf("alice saw %+v, want bob at %d", s, ack.Seq)
+			}
+		case <-ctx.Done():
+			t.Fatal("bob's read cursor never reached alice")
+		}
+		for {
+			users, count, members, err := a.SeenBy(ctx, g.SessionID, ack.Seq)
+			if err == nil && slices.Equal(users, []string{bob}) && count == 1 && members == 2 {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("seen_by = %v %d of %d, %v; want bob", users, count, members, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
 	t.Run("errors carry the server's code, name and retryability", func(t *testing.T) {
 		a := p.start(t, user("alice"), "phone", []string{gw.url}, nil)
 		ctx := ctxT(t, 30*time.Second)

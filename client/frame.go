@@ -42,6 +42,11 @@ type serverFrame struct {
 	// Typing frames.
 	Active      bool  `json:"active"`
 	ExpiresInMs int64 `json:"expires_in_ms"`
+
+	// seen_by results.
+	Users   []string `json:"users"`
+	Count   int64    `json:"count"`
+	Members int64    `json:"members"`
 }
 
 var errBadFrame = errors.New("bad server frame")

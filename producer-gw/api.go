@@ -18,7 +18,7 @@ const storeTimeout = 3 * time.Second
 // socket) and the HTTP calls (routes), both taking the frames of
 // docs/protocol.md. It authenticates, rate-limits and hands each frame to
 // the component that answers it: commands to the uplink, sync and changes
-// to the history, receipts to the receipts, typing indicators to typing.
+// to the history, receipts to the receipts, typing indicators to signals.
 type api struct {
 	cfg      Config
 	verifier *auth.Verifier
@@ -30,16 +30,16 @@ type api struct {
 	up       *uplink
 	history  *history
 	receipts *receipts
-	typing   *typing
+	signals  *signals
 	log      *slog.Logger
 	m        *metrics
 	now      func() time.Time
 }
 
 func newAPI(cfg Config, verifier *auth.Verifier, signer *auth.Signer, gate *gate, hub *hub, pw presenceWriter, limits *limiter,
-	up *uplink, history *history, receipts *receipts, typing *typing, log *slog.Logger, m *metrics, now func() time.Time) *api {
+	up *uplink, history *history, receipts *receipts, signals *signals, log *slog.Logger, m *metrics, now func() time.Time) *api {
 	return &api{cfg: cfg, verifier: verifier, signer: signer, gate: gate, hub: hub, presence: pw, limits: limits,
-		up: up, history: history, receipts: receipts, typing: typing, log: log, m: m, now: now}
+		up: up, history: history, receipts: receipts, signals: signals, log: log, m: m, now: now}
 }
 
 // query answers sync, changes and read, each within storeTimeout.
@@ -57,6 +57,11 @@ func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) 
 		res, aerr = a.history.changes(ctx, p, f)
 	case wire.OpRead:
 		res, aerr = a.receipts.read(ctx, p, f)
+		if aerr == nil {
+			a.signals.read(p, f.SessionID, f.Seq)
+		}
+	case wire.OpSeenBy:
+		res, aerr = a.history.seenBy(ctx, p, f)
 	default:
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "op %q is not a query", f.Op)
 	}

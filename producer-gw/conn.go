@@ -220,7 +220,7 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		// Its own per-device bound (typing.go), not the request rate:
 		// no Redis round trip per keystroke burst.
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		aerr := a.typing.post(ctx, c.p, f)
+		aerr := a.signals.post(ctx, c.p, f)
 		cancel()
 		if aerr != nil && f.ReqID != "" {
 			c.sendError(f.ReqID, "", aerr)
@@ -481,7 +481,7 @@ func opLabel(f *wire.ClientFrame) string {
 	}
 	switch f.Op {
 	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpSync,
-		wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpPing:
+		wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpPing, wire.OpTyping, wire.OpSeenBy:
 		return f.Op
 	}
 	return "unknown"

@@ -96,10 +96,11 @@ func (d *downlink) onBatch(b *imv1.PushBatch) {
 	}
 }
 
-// onEphemeral writes a typing indicator to its recipients' connections
-// here, dropping it for a connection whose queue is full.
+// onEphemeral writes a typing indicator or a read cursor to its
+// recipients' connections here, dropping it for a connection whose queue
+// is full.
 func (d *downlink) onEphemeral(e *imv1.Ephemeral, recipients []*imv1.Recipient) {
-	frame, ok := typingFrame(e)
+	frame, ok := ephemeralFrame(e)
 	if !ok {
 		d.m.pushItems.WithLabelValues("dropped_unknown_ephemeral").Inc()
 		return

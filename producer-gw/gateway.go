@@ -58,7 +58,7 @@ type Gateway struct {
 	rdb      redis.UniversalClient
 	presence *presence.Store
 	receiver delivery.Receiver
-	// sender hands ephemeral signals (typing) to other gateways, over the
+	// sender hands ephemeral signals (typing, read cursors) to other gateways, over the
 	// push transports: a direct stream where the gateway serves one,
 	// Redis pub/sub otherwise.
 	sender delivery.Sender
@@ -79,7 +79,7 @@ type Gateway struct {
 	down     *downlink
 	history  *history
 	receipts *receipts
-	typing   *typing
+	signals  *signals
 	api      *api
 }
 
@@ -155,7 +155,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	bg.Go(func() error { return g.members.Run(bgCtx) })
 	bg.Go(func() error { return g.limits.Run(bgCtx) })
 	bg.Go(func() error { return g.waiters.Run(bgCtx) })
-	bg.Go(func() error { return g.typing.Run(bgCtx) })
+	bg.Go(func() error { return g.signals.Run(bgCtx) })
 	bg.Go(func() error {
 		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz}).Run(bgCtx)
 	})
@@ -260,8 +260,8 @@ func (g *Gateway) compose() {
 	g.down = newDownlink(g.cfg.GatewayID, g.receiver, g.waiters, g.members, g.hub, g.tracer, g.log, g.m)
 	g.history = newHistory(g.store, g.members, g.log)
 	g.receipts = newReceipts(g.cfg, g.kc, g.members, g.log, g.m, g.now)
-	g.typing = newTyping(g.cfg.GatewayID, g.members, g.store, g.presence, g.sender, g.log, g.m, g.now)
-	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.typing, g.log, g.m, g.now)
+	g.signals = newSignals(g.cfg.GatewayID, g.members, g.store, g.presence, g.sender, g.log, g.m, g.now)
+	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.signals, g.log, g.m, g.now)
 }
 
 func (g *Gateway) closeClients() {

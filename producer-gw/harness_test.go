@@ -268,6 +268,10 @@ type frame struct {
 	DeviceID    string `json:"device_id"`
 	Active      bool   `json:"active"`
 	ExpiresInMs int64  `json:"expires_in_ms"`
+	// seen_by results.
+	Users   []string `json:"users"`
+	Count   int64    `json:"count"`
+	Members int64    `json:"members"`
 }
 
 // client is a WebSocket client as any non-SDK client would write it.

@@ -17,6 +17,7 @@ type historyStore interface {
 	MessagesAfter(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Message, error)
 	MessagesBefore(ctx context.Context, sessionID string, beforeSeq int64, limit int) ([]store.Message, error)
 	Changes(ctx context.Context, userID string) ([]store.SessionState, error)
+	SeenBy(ctx context.Context, sessionID string, seq int64, listUpTo int) (users []string, count, members int64, err error)
 }
 
 // historyMembers is the membership cache as history uses it: IsMember may
@@ -114,6 +115,25 @@ func (h *history) changes(ctx context.Context, p auth.Principal, f *wire.ClientF
 			Preview: s.LastPreview, Unread: s.Unread})
 		res.TotalUnread += s.Unread
 	}
+	return res, nil
+}
+
+// seenByListed is the largest session whose seen_by lists the users; a
+// larger one gets the count only.
+const seenByListed = 500
+
+// seenBy answers who of the session's members has read it up to f.Seq,
+// to a member.
+func (h *history) seenBy(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.SeenByResult, *apierr.Error) {
+	res := wire.SeenByResult{Op: wire.OpResult, ReqID: f.ReqID, SessionID: f.SessionID, Seq: f.Seq}
+	if err := requireMember(ctx, h.members, h.log, f.SessionID, p.UserID); err != nil {
+		return res, err
+	}
+	users, count, members, err := h.store.SeenBy(ctx, f.SessionID, f.Seq, seenByListed)
+	if err != nil {
+		return res, storeError(err)
+	}
+	res.Users, res.Count, res.Members = users, count, members
 	return res, nil
 }
 

@@ -53,7 +53,7 @@ func (a *api) serveOp(w http.ResponseWriter, r *http.Request) {
 	op := r.PathValue("op")
 	switch op {
 	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers,
-		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpTyping:
+		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpTyping, wire.OpSeenBy:
 	default:
 		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", op))
 		return
@@ -97,7 +97,7 @@ func (a *api) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Principa
 	if f.Op == wire.OpTyping {
 		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
 		defer cancel()
-		if aerr := a.typing.post(ctx, p, f); aerr != nil {
+		if aerr := a.signals.post(ctx, p, f); aerr != nil {
 			a.httpError(w, "", aerr)
 			return
 		}

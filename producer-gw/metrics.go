@@ -22,7 +22,7 @@ type metrics struct {
 	// rateFallbacks counts rate-limit decisions taken by this instance's
 	// own buckets because Redis failed or was cooling down after a failure.
 	rateFallbacks prometheus.Counter
-	typing        *prometheus.CounterVec // by outcome
+	signals       *prometheus.CounterVec // by signal (typing, read) and outcome
 	badBatches    prometheus.Counter
 	pushBatches   *prometheus.CounterVec   // by transport
 	seqResults    *prometheus.CounterVec   // by source, matched
@@ -77,10 +77,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		receiptFails: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_receipt_produce_errors_total", Help: "Delivery receipts Kafka did not accept (the next one covers them).",
 		}),
-		typing: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seqflow_gateway_typing_total",
-			Help: "Typing indicators from this gateway's clients, by outcome: sent, rate_limited, not_a_member, dropped_queue_full, dropped_large_group, dropped_error.",
-		}, []string{"outcome"}),
+		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_signals_total",
+			Help: "Ephemeral signals from this gateway's clients (typing, read cursors fanned out), by signal and outcome: sent, rate_limited, not_a_member, dropped_queue_full, dropped_large_group, dropped_error.",
+		}, []string{"signal", "outcome"}),
 		rateFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_rate_limit_fallbacks_total",
 			Help: "Rate-limit decisions taken by this instance's own buckets because Redis did not answer (or failed less than a second ago).",
@@ -109,6 +109,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
-		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.typing, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly)
+		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly)
 	return m
 }

@@ -203,6 +203,31 @@ func (s *Store) Changes(ctx context.Context, userID string) ([]SessionState, err
 	return out, nil
 }
 
+// SeenBy says who of a session's current members has read it up to seq
+// (read cursor >= seq), leaving out the sender of seq: their count, the
+// session's member count, and their user IDs, sorted, when the session
+// has at most listUpTo members (nil above).
+func (s *Store) SeenBy(ctx context.Context, sessionID string, seq int64, listUpTo int) (users []string, count, members int64, err error) {
+	q := s.q()
+	err = s.pool.QueryRow(ctx, fmt.Sprintf(`
+		WITH cur AS (
+			SELECT m.user_id, COALESCE(r.read_seq, 0) AS read_seq
+			FROM %[1]s.session_members m
+			LEFT JOIN %[1]s.read_cursors r ON r.session_id = m.session_id AND r.user_id = m.user_id
+			WHERE m.session_id = $1 AND m.left_seq IS NULL),
+		sender AS (SELECT sender_user_id FROM %[1]s.messages WHERE session_id = $1 AND seq = $2)
+		SELECT count(*) FILTER (WHERE read_seq >= $2 AND user_id IS DISTINCT FROM (SELECT sender_user_id FROM sender)),
+		       count(*),
+		       CASE WHEN count(*) <= $3 THEN
+		            COALESCE(array_agg(user_id ORDER BY user_id) FILTER (WHERE read_seq >= $2
+		                     AND user_id IS DISTINCT FROM (SELECT sender_user_id FROM sender)), '{}') END
+		FROM cur`, q), sessionID, seq, listUpTo).Scan(&count, &members, &users)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("query who has seen %s/%d: %w", sessionID, seq, err)
+	}
+	return users, count, members, nil
+}
+
 // Session returns one session's state as seen by userID (ReadSeq and
 // JoinedSeq are userID's; 0 when not a member), and false when the store
 // has no such session.

@@ -115,7 +115,7 @@ func (f *ClientFrame) Validate(l Limits) *apierr.Error {
 		if f.Limit == 0 {
 			f.Limit = l.DefaultSyncLimit
 		}
-	case OpRead:
+	case OpRead, OpSeenBy:
 		if err := idField("session_id", f.SessionID, MaxSessionIDBytes); err != nil {
 			return err
 		}

@@ -22,6 +22,8 @@ const (
 	OpPing          = "ping"
 	// OpTyping is an ephemeral signal: never sequenced, may be lost.
 	OpTyping = "typing"
+	// OpSeenBy asks who has read a session up to a seq.
+	OpSeenBy = "seen_by"
 )
 
 // Server frame ops.
@@ -33,6 +35,9 @@ const (
 	OpResult    = "result"
 	OpPong      = "pong"
 	OpHello     = "hello"
+	// OpSeen tells a device that another member read a session up to a
+	// seq (ephemeral, coalesced).
+	OpSeen = "seen"
 )
 
 // Message content types the gateway accepts.
@@ -181,6 +186,29 @@ type TypingFrame struct {
 	DeviceID    string `json:"device_id"`
 	Active      bool   `json:"active"`
 	ExpiresInMs int64  `json:"expires_in_ms"`
+}
+
+// SeenFrame tells a device that another member has read a session up to
+// Seq. It is ephemeral: the count a client keeps from these may miss some;
+// seen_by gives the exact answer.
+type SeenFrame struct {
+	Op        string `json:"op"`
+	SessionID string `json:"session_id"`
+	UserID    string `json:"user_id"`
+	Seq       int64  `json:"seq"`
+}
+
+// SeenByResult answers seen_by: who of the session's current members has
+// read it up to Seq, the sender of Seq left out. Users is listed for
+// sessions of up to 500 members; Count always.
+type SeenByResult struct {
+	Op        string   `json:"op"`
+	ReqID     string   `json:"req_id,omitempty"`
+	SessionID string   `json:"session_id"`
+	Seq       int64    `json:"seq"`
+	Users     []string `json:"users,omitempty"`
+	Count     int64    `json:"count"`
+	Members   int64    `json:"members"`
 }
 
 // EventFrame pushes one event to a device.

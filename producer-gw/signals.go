@@ -16,8 +16,9 @@ import (
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-// Typing indicators are ephemeral: they never enter Kafka. The sender's
-// gateway checks membership, then hands each one to the gateways holding
+// Typing indicators and read cursors shown to the other members ("seen")
+// are ephemeral: they never enter Kafka. The sender's gateway checks
+// membership, then hands each one to the gateways holding
 // the other members' connections (presence in Redis), over the push
 // transport, and those write it to the connections, dropping it rather
 // than wait when a connection's queue is full. One may be lost anywhere on
@@ -39,6 +40,10 @@ const (
 	typingQueue = 1024
 	// memberListTTL is how long a session's member list is reused.
 	memberListTTL = time.Second
+	// readFlush is how often the read cursors of this gateway's users are
+	// fanned out: a user's reads of one session within it go out once,
+	// with the highest seq.
+	readFlush = 500 * time.Millisecond
 )
 
 // memberLister lists a session's current members (the message store). It
@@ -58,9 +63,10 @@ var (
 	_ presenceReader = (*presence.Store)(nil)
 )
 
-// typing fans typing indicators out from this gateway: the read loop calls
-// post, which only touches memory; Run does the lookups and the sends.
-type typing struct {
+// signals fans ephemeral signals out from this gateway: the read loop
+// calls post (typing) and read, which only touch memory; Run does the
+// lookups and the sends.
+type signals struct {
 	gatewayID string
 	members   memberChecker
 	list      memberLister
@@ -74,31 +80,34 @@ type typing struct {
 
 	mu    sync.Mutex
 	lists map[string]memberList // session → members, reused for memberListTTL
+	reads map[readKey]int64     // read cursors waiting for the next flush
 }
+
+type readKey struct{ session, user string }
 
 type memberList struct {
 	users []string
 	at    time.Time
 }
 
-func newTyping(gatewayID string, members memberChecker, list memberLister, pr presenceReader, send delivery.Sender,
-	log *slog.Logger, m *metrics, now func() time.Time) *typing {
-	return &typing{gatewayID: gatewayID, members: members, list: list, presence: pr, send: send,
+func newSignals(gatewayID string, members memberChecker, list memberLister, pr presenceReader, send delivery.Sender,
+	log *slog.Logger, m *metrics, now func() time.Time) *signals {
+	return &signals{gatewayID: gatewayID, members: members, list: list, presence: pr, send: send,
 		limits: newLimiters(typingRate, typingBurst, now), queue: make(chan *imv1.Ephemeral, typingQueue),
-		log: log, m: m, now: now, lists: map[string]memberList{}}
+		log: log, m: m, now: now, lists: map[string]memberList{}, reads: map[readKey]int64{}}
 }
 
 // post takes a typing frame of p's device. It blocks only on the
 // membership check (memory, or PostgreSQL on a cache miss; ctx bounds it)
 // and returns an error for a non-member or a device over its rate; the
 // fan-out happens in Run.
-func (t *typing) post(ctx context.Context, p auth.Principal, f *wire.ClientFrame) *apierr.Error {
+func (t *signals) post(ctx context.Context, p auth.Principal, f *wire.ClientFrame) *apierr.Error {
 	if !t.limits.allow(p.UserID+"/"+p.DeviceID, t.now()) {
-		t.m.typing.WithLabelValues("rate_limited").Inc()
+		t.m.signals.WithLabelValues("typing", "rate_limited").Inc()
 		return apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, "typing indicators: at most 2 a second per device")
 	}
 	if err := requireMember(ctx, t.members, t.log, f.SessionID, p.UserID); err != nil {
-		t.m.typing.WithLabelValues("not_a_member").Inc()
+		t.m.signals.WithLabelValues("typing", "not_a_member").Inc()
 		return err
 	}
 	e := &imv1.Ephemeral{SessionId: f.SessionID, SenderUserId: p.UserID, SenderDeviceId: p.DeviceID,
@@ -106,21 +115,42 @@ func (t *typing) post(ctx context.Context, p auth.Principal, f *wire.ClientFrame
 	select {
 	case t.queue <- e:
 	default:
-		t.m.typing.WithLabelValues("dropped_queue_full").Inc()
+		t.m.signals.WithLabelValues("typing", "dropped_queue_full").Inc()
 	}
 	return nil
 }
 
-// Run fans out queued indicators until ctx ends, and returns ctx.Err().
-func (t *typing) Run(ctx context.Context) error {
+// read takes the read cursor of a durable read receipt of p, to show the
+// other members at the next flush. It only touches memory.
+func (t *signals) read(p auth.Principal, session string, seq int64) {
+	k := readKey{session, p.UserID}
+	t.mu.Lock()
+	t.reads[k] = max(t.reads[k], seq)
+	t.mu.Unlock()
+}
+
+// Run fans out queued indicators, and every readFlush the read cursors
+// taken since the last, until ctx ends, and returns ctx.Err().
+func (t *signals) Run(ctx context.Context) error {
 	sweep := time.NewTicker(memberListTTL)
 	defer sweep.Stop()
+	flush := time.NewTicker(readFlush)
+	defer flush.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-sweep.C:
 			t.sweep()
+		case <-flush.C:
+			t.mu.Lock()
+			reads := t.reads
+			t.reads = map[readKey]int64{}
+			t.mu.Unlock()
+			for k, seq := range reads {
+				t.fanOut(ctx, &imv1.Ephemeral{SessionId: k.session, SenderUserId: k.user,
+					Signal: &imv1.Ephemeral_Read{Read: &imv1.Read{Seq: seq}}})
+			}
 		case e := <-t.queue:
 			t.fanOut(ctx, e)
 		}
@@ -129,17 +159,17 @@ func (t *typing) Run(ctx context.Context) error {
 
 // fanOut hands e to the gateways of the other members' connections; a
 // lookup or send that fails drops it (counted).
-func (t *typing) fanOut(ctx context.Context, e *imv1.Ephemeral) {
+func (t *signals) fanOut(ctx context.Context, e *imv1.Ephemeral) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	users, err := t.memberList(ctx, e.SessionId)
 	if err != nil {
-		t.m.typing.WithLabelValues("dropped_error").Inc()
+		t.m.signals.WithLabelValues(signalName(e), "dropped_error").Inc()
 		t.log.Warn("typing: list members", "session_id", e.SessionId, "err", err)
 		return
 	}
 	if len(users) > typingMaxMembers {
-		t.m.typing.WithLabelValues("dropped_large_group").Inc()
+		t.m.signals.WithLabelValues(signalName(e), "dropped_large_group").Inc()
 		return
 	}
 	others := make([]string, 0, len(users))
@@ -150,7 +180,7 @@ func (t *typing) fanOut(ctx context.Context, e *imv1.Ephemeral) {
 	}
 	conns, err := t.presence.Lookup(ctx, others)
 	if err != nil {
-		t.m.typing.WithLabelValues("dropped_error").Inc()
+		t.m.signals.WithLabelValues(signalName(e), "dropped_error").Inc()
 		t.log.Warn("typing: presence lookup", "session_id", e.SessionId, "err", err)
 		return
 	}
@@ -165,15 +195,23 @@ func (t *typing) fanOut(ctx context.Context, e *imv1.Ephemeral) {
 		b := &imv1.PushBatch{GatewayId: gw, Sender: "gateway", SentTsMs: e.SentTsMs,
 			Items: []*imv1.PushItem{{Recipients: rs, Item: &imv1.PushItem_Ephemeral{Ephemeral: e}}}}
 		if err := t.send.Send(ctx, b); err != nil {
-			t.m.typing.WithLabelValues("dropped_error").Inc()
+			t.m.signals.WithLabelValues(signalName(e), "dropped_error").Inc()
 			t.log.Warn("typing: send to gateway", "gateway_id", gw, "err", err)
 			continue
 		}
 	}
-	t.m.typing.WithLabelValues("sent").Inc()
+	t.m.signals.WithLabelValues(signalName(e), "sent").Inc()
 }
 
-func (t *typing) memberList(ctx context.Context, session string) ([]string, error) {
+// signalName labels e's kind in the metrics.
+func signalName(e *imv1.Ephemeral) string {
+	if e.GetRead() != nil {
+		return "read"
+	}
+	return "typing"
+}
+
+func (t *signals) memberList(ctx context.Context, session string) ([]string, error) {
 	t.mu.Lock()
 	l, ok := t.lists[session]
 	t.mu.Unlock()
@@ -190,7 +228,7 @@ func (t *typing) memberList(ctx context.Context, session string) ([]string, erro
 	return users, nil
 }
 
-func (t *typing) sweep() {
+func (t *signals) sweep() {
 	now := t.now()
 	t.limits.sweep(now)
 	t.mu.Lock()
@@ -202,13 +240,18 @@ func (t *typing) sweep() {
 	}
 }
 
-// typingFrame renders e for a recipient's connection.
-func typingFrame(e *imv1.Ephemeral) ([]byte, bool) {
-	ty := e.GetTyping()
-	if ty == nil {
+// ephemeralFrame renders e for a recipient's connection.
+func ephemeralFrame(e *imv1.Ephemeral) ([]byte, bool) {
+	var v any
+	switch s := e.Signal.(type) {
+	case *imv1.Ephemeral_Typing:
+		v = wire.TypingFrame{Op: wire.OpTyping, SessionID: e.SessionId, UserID: e.SenderUserId,
+			DeviceID: e.SenderDeviceId, Active: s.Typing.Active, ExpiresInMs: s.Typing.ExpiresInMs}
+	case *imv1.Ephemeral_Read:
+		v = wire.SeenFrame{Op: wire.OpSeen, SessionID: e.SessionId, UserID: e.SenderUserId, Seq: s.Read.Seq}
+	default:
 		return nil, false
 	}
-	b, err := json.Marshal(wire.TypingFrame{Op: wire.OpTyping, SessionID: e.SessionId, UserID: e.SenderUserId,
-		DeviceID: e.SenderDeviceId, Active: ty.Active, ExpiresInMs: ty.ExpiresInMs})
+	b, err := json.Marshal(v)
 	return b, err == nil
 }
