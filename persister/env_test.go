@@ -191,10 +191,15 @@ func head(s []int64) []int64 {
 
 // restartPostgres restarts the shared PostgreSQL server of the local stack
 // with a fast shutdown, the way infra/local/stack.sh runs pg_ctl: as the OS
-// user owning the data directory.
+// user owning the data directory, from /, on the directory .data/pg is or
+// links to (stack.sh puts it outside a checkout that user cannot enter).
 func restartPostgres(t *testing.T, root string) {
 	t.Helper()
-	data := filepath.Join(root, ".data", "pg", "data")
+	pgDir, err := filepath.EvalSymlinks(filepath.Join(root, ".data", "pg"))
+	if err != nil {
+		t.Fatalf("postgres directory: %v", err)
+	}
+	data := filepath.Join(pgDir, "data")
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
 	if len(bins) == 0 {
 		t.Fatal("pg_ctl not found under /usr/lib/postgresql")
@@ -203,7 +208,7 @@ func restartPostgres(t *testing.T, root string) {
 	if err != nil {
 		t.Fatalf("postgres data dir: %v", err)
 	}
-	args := []string{bins[len(bins)-1], "-D", data, "-l", filepath.Join(root, ".data", "pg", "postgres.log"), "-m", "fast", "-w", "-t", "60", "-s", "restart"}
+	args := []string{bins[len(bins)-1], "-D", data, "-l", filepath.Join(pgDir, "postgres.log"), "-m", "fast", "-w", "-t", "60", "-s", "restart"}
 	var cmd *exec.Cmd
 	if uid := fi.Sys().(*syscall.Stat_t).Uid; os.Geteuid() == 0 && uid != 0 {
 		u := fmt.Sprint(uid)
@@ -214,6 +219,7 @@ func restartPostgres(t *testing.T, root string) {
 	} else {
 		cmd = exec.Command(args[0], args[1:]...)
 	}
+	cmd.Dir = "/"
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("restart postgres: %v\n%s", err, out)
 	}

@@ -15,10 +15,10 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// chromiumPath finds Debian's chromium (infra/local/stack.sh installs it
-// when run as root). Without it the browser test fails under
-// SEQFLOW_REQUIRE_STACK=1 and is skipped otherwise, like any missing part
-// of the stack.
+// chromiumPath finds Debian's chromium (the test task installs it when run
+// as root: `stack.sh packages test`). Without it the browser test fails
+// under SEQFLOW_REQUIRE_STACK=1 and is skipped otherwise, like any missing
+// part of the stack.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	path := os.Getenv("SEQFLOW_CHROMIUM")
@@ -27,7 +27,7 @@ func chromiumPath(t *testing.T) string {
 	}
 	if _, err := exec.LookPath(path); err != nil {
 		msg := fmt.Sprintf("chromium not found at %s (%v): install Debian's chromium "+
-			"(`apt-get install -y chromium`, which `bash infra/local/stack.sh up` does as root) or set SEQFLOW_CHROMIUM", path, err)
+			"(`apt-get install -y chromium`, which `go tool task test` does as root) or set SEQFLOW_CHROMIUM", path, err)
 		if os.Getenv("SEQFLOW_REQUIRE_STACK") == "1" {
 			t.Fatal(msg)
 		}

@@ -5,6 +5,12 @@
 #   stack.sh up                   start postgres :15432, redis :16379, kafka :19092; write .data/local.env
 #   stack.sh down                 stop everything (incl. the 3-node cluster); nothing left listening
 #   stack.sh status               running/stopped, pid, port, ready per component
+#   stack.sh stop PART...         stop only those of postgres, redis, kafka (the single node)
+#   stack.sh missing-packages [stack|test]  print the Debian packages that `packages` would install
+#   stack.sh packages [stack|test]  install the missing Debian packages (as root; else say which):
+#                                 stack: a JDK, Maven, PostgreSQL, Redis (what `up` needs);
+#                                 test: those plus protoc and Chromium (only the tests need them)
+#   stack.sh kafka-jars           fetch Kafka's jars with Maven into .data/kafka/libs (`up` does it too)
 #   stack.sh env [kafka3]         print .data/local.env (or .data/kafka3.env)
 #   stack.sh up-kafka3            start the KRaft cluster of 3 brokers :19101-19103 and 3 dedicated
 #                                 controllers :19201-19203; write .data/kafka3.env
@@ -19,6 +25,21 @@
 # "Ready" means usable: postgres answers `select 1` on the seqflow database, redis
 # answers PING and a SET/GET round trip, and Kafka passes infra/kafka/ReadyProbe.java
 # (create topic, transactional acks=all produce, read_committed consume + offset commit).
+#
+# Ports: SEQFLOW_PG_PORT (15432), SEQFLOW_REDIS_PORT (16379), SEQFLOW_KAFKA_PORT (19092) and
+# SEQFLOW_KAFKA_CONTROLLER_PORT (19093) move the single stack, e.g. to run a second checkout's
+# stack beside the first. `up` records them in .data/stack-ports, which later commands on that
+# checkout read when the variables are unset; set them before the first `up` of a checkout
+# (Kafka keeps its controller's address in its data).
+#
+# PostgreSQL runs as the invoking user, or as root as the OS user postgres (or a system user
+# seqflow made for it). When that user cannot reach .data/ (a checkout in root's home, mode
+# 700), its data directory goes to /var/lib/seqflow/pg-<hash of the checkout's path>, owned by
+# it, and .data/pg is a symlink to that: removing .data/ therefore means a new, empty database
+# there too, as it does in the checkout.
+#
+# SEQFLOW_STACK_STARTED: a file `up` appends postgres, redis and kafka to as it starts each (the
+# demo stops only what it started).
 #
 # Environment knobs: SEQFLOW_STACK_TIMEOUT (seconds per wait, default 120),
 # SEQFLOW_KAFKA_HEAP (default "-Xms1g -Xmx1g"), SEQFLOW_KAFKA3_HEAP (default "-Xms256m -Xmx768m"),
@@ -38,12 +59,20 @@ TIMEOUT=${SEQFLOW_STACK_TIMEOUT:-120}
 STOP_TIMEOUT=30
 
 KAFKA_VERSION=4.1.1
-PG_PORT=15432
+PORTS_FILE=$DATA/stack-ports
+saved_port() { # NAME default -> the environment's value, else the one `up` recorded, else default
+  local v=${!1:-}
+  [[ -z $v && -f $PORTS_FILE ]] && v=$(sed -n "s/^$1=\([0-9]*\)\$/\1/p" "$PORTS_FILE")
+  v=${v:-$2}
+  [[ $v =~ ^[0-9]+$ ]] && ((v > 0 && v < 65536)) || { printf '[stack] ERROR: %s=%s is not a port\n' "$1" "$v" >&2; exit 1; }
+  echo "$v"
+}
+PG_PORT=$(saved_port SEQFLOW_PG_PORT 15432)
 PG_DB=seqflow
 PG_SUPERUSER=seqflow
-REDIS_PORT=16379
-K1_PORT=19092
-K1_CTRL_PORT=19093
+REDIS_PORT=$(saved_port SEQFLOW_REDIS_PORT 16379)
+K1_PORT=$(saved_port SEQFLOW_KAFKA_PORT 19092)
+K1_CTRL_PORT=$(saved_port SEQFLOW_KAFKA_CONTROLLER_PORT 19093)
 K3_PORTS=(19101 19102 19103)
 K3_CTRL_PORTS=(19201 19202 19203)
 K3_BROKERS=127.0.0.1:19101,127.0.0.1:19102,127.0.0.1:19103
@@ -64,14 +93,21 @@ K3_NODES=(k3c-1 k3c-2 k3c-3 k3-1 k3-2 k3-3)
 # Set on the brokers (new clusters) and by the readiness probe (existing ones).
 INTERNAL_SEGMENT_BYTES=1048576
 
-PG_DIR=$DATA/pg
-PGDATA_DIR=$PG_DIR/data
-PG_LOG=$PG_DIR/postgres.log
-PG_SOCK=$PG_DIR/run
-# Unix socket paths are limited to ~107 bytes; fall back to /tmp for deep checkouts.
-if ((${#PG_SOCK} + 20 > 100)); then
-  PG_SOCK=/tmp/seqflow-pg-$(printf '%s' "$REPO" | sha256sum | cut -c1-12)
-fi
+# .data/pg, or where the symlink .data/pg points (see pg_place).
+PG_LINK=$DATA/pg
+PG_HOME=/var/lib/seqflow
+REPO_HASH=$(printf '%s' "$REPO" | sha256sum | cut -c1-12)
+pg_paths() { # dir: set PG_DIR and everything under it
+  PG_DIR=$1
+  PGDATA_DIR=$PG_DIR/data
+  PG_LOG=$PG_DIR/postgres.log
+  PG_SOCK=$PG_DIR/run
+  # Unix socket paths are limited to ~107 bytes; fall back to /tmp for deep checkouts.
+  if ((${#PG_SOCK} + 20 > 100)); then
+    PG_SOCK=/tmp/seqflow-pg-$REPO_HASH
+  fi
+}
+if [[ -L $PG_LINK ]]; then pg_paths "$(readlink "$PG_LINK")"; else pg_paths "$PG_LINK"; fi
 PG_URL="postgres://${PG_SUPERUSER}@127.0.0.1:${PG_PORT}/${PG_DB}?sslmode=disable"
 REDIS_DIR=$DATA/redis
 REDIS_PID=$REDIS_DIR/redis.pid
@@ -97,6 +133,9 @@ log() { printf '[stack +%ss] %s\n' "$SECONDS" "$*"; }
 warn() { printf '[stack] WARNING: %s\n' "$*" >&2; }
 die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
 now() { date +%s; }
+# started PART: with SEQFLOW_STACK_STARTED set, append PART to that file when
+# this run starts it (the demo stops only what it started).
+started() { [[ -z ${SEQFLOW_STACK_STARTED:-} ]] || echo "$1" >>"$SEQFLOW_STACK_STARTED"; }
 
 show_log() { # file [lines]
   if [[ -f $1 ]]; then
@@ -206,7 +245,9 @@ java_major() {
   echo "${v%%[.+-]*}"
 }
 
-missing_packages() { # what: all | kafka -> Debian package names that are needed but missing
+chromium_path() { echo "${SEQFLOW_CHROMIUM:-/usr/bin/chromium}"; }
+
+missing_packages() { # what: stack | kafka | test -> Debian package names that are needed but missing
   local what=$1 major
   if ! command -v java >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
     echo openjdk-17-jdk-headless
@@ -215,16 +256,18 @@ missing_packages() { # what: all | kafka -> Debian package names that are needed
     if [[ ! $major =~ ^[0-9]+$ ]] || ((major < 17)); then echo openjdk-17-jdk-headless; fi
   fi
   command -v mvn >/dev/null 2>&1 || echo maven
-  if [[ $what == all ]]; then
+  if [[ $what == stack || $what == test ]]; then
     [[ -n $(pg_bin_dir) ]] || echo postgresql
     { command -v redis-server && command -v redis-cli; } >/dev/null 2>&1 || echo redis-server
-    command -v protoc >/dev/null 2>&1 || echo protobuf-compiler
-    if [[ $EUID -eq 0 ]] && ! command -v chromium >/dev/null 2>&1; then echo chromium; fi # producer-gw's browser test; optional without root
+  fi
+  if [[ $what == test ]]; then
+    command -v protoc >/dev/null 2>&1 || echo protobuf-compiler # schemas' generate test
+    [[ -x $(chromium_path) ]] || echo chromium                    # producer-gw's browser test
   fi
   return 0
 }
 
-ensure_packages() { # what: all | kafka
+ensure_packages() { # what: stack | kafka | test
   local pkgs jdk
   mapfile -t pkgs < <(missing_packages "$1")
   ((${#pkgs[@]})) || return 0
@@ -244,7 +287,7 @@ ensure_packages() { # what: all | kafka
   else
     die "missing packages: ${pkgs[*]}
   install them first, e.g.:  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${pkgs[*]}
-  (needed: JDK >= 17 incl. javac, maven, postgresql, redis-server, protobuf-compiler)"
+  (the stack needs a JDK >= 17 with javac, maven, postgresql, redis-server; the tests also protobuf-compiler and chromium)"
   fi
 }
 
@@ -488,6 +531,7 @@ kafka_node_launch() { # node heap  (starts the process, does not wait)
     kafka.Kafka "$dir/server.properties" >>"$dir/kafka.log" 2>&1 </dev/null 7>&- 8>&- 9>&- &
   pid=$!
   echo "$pid" >"$dir/kafka.pid"
+  [[ $node != single ]] || started kafka
   log "kafka $node starting (pid $pid, 127.0.0.1:$port, log $dir/kafka.log)"
 }
 
@@ -544,8 +588,33 @@ pg_os_user() {
   echo seqflow
 }
 
-as_pg() {
-  if [[ $EUID -eq 0 ]]; then runuser -u "$PG_USER" -- "$@"; else "$@"; fi
+as_pg() { # from /: the checkout may be a directory PG_USER cannot enter
+  if [[ $EUID -eq 0 ]]; then (cd / && runuser -u "$PG_USER" -- "$@"); else "$@"; fi
+}
+
+# pg_place puts PostgreSQL's directory where PG_USER can reach it: .data/pg
+# when it can search .data/, else (root's checkout in a mode-700 home, say)
+# $PG_HOME/pg-<hash of the checkout's path> with .data/pg a symlink to it.
+# A missing symlink means .data/ was removed: the database there is removed
+# too, as it would have been in the checkout, unless a postgres still runs
+# on it.
+pg_place() {
+  local ext=$PG_HOME/pg-$REPO_HASH
+  [[ $EUID -eq 0 && ! -L $PG_LINK ]] || return 0
+  if runuser -u "$PG_USER" -- test -x "$DATA" 2>/dev/null; then return 0; fi
+  [[ -f $PG_LINK/data/PG_VERSION ]] &&
+    die "OS user $PG_USER cannot reach $PG_LINK, which holds a database; make its parents searchable (chmod o+x) or move the database away"
+  rm -rf "$PG_LINK" # what an earlier failed start left (no database)
+  pg_paths "$ext"
+  if [[ -d $ext ]] && ! pg_pid >/dev/null; then
+    log "postgres: removing $ext (its link $PG_LINK went with an earlier .data/)"
+    rm -rf "$ext"
+  fi
+  mkdir -p "$PG_HOME"
+  chmod 755 "$PG_HOME"
+  mkdir -p "$ext"
+  ln -s "$ext" "$PG_LINK"
+  log "postgres: OS user $PG_USER cannot search $DATA; its data goes to $ext ($PG_LINK links to it)"
 }
 
 pg_pid() {
@@ -570,6 +639,8 @@ pg_up() {
   bin=$(pg_bin_dir)
   [[ -n $bin ]] || die "postgresql binaries not found (install the postgresql package)"
   PG_USER=$(pg_os_user)
+  mkdir -p "$DATA"
+  pg_place
   mkdir -p "$PG_DIR" "$PG_SOCK"
   if [[ $EUID -eq 0 ]]; then
     chown "$PG_USER:" "$PG_DIR" "$PG_SOCK"
@@ -620,6 +691,7 @@ EOF
       die "postgres: 127.0.0.1:$PG_PORT is already in use by another process"
     fi
     log "starting postgres on 127.0.0.1:$PG_PORT"
+    started postgres
     if ! as_pg "$bin/pg_ctl" -D "$PGDATA_DIR" -l "$PG_LOG" -w -t "$TIMEOUT" -s start </dev/null 7>&- 8>&- 9>&-; then
       show_log "$PG_LOG"
       die "postgres did not start"
@@ -684,6 +756,7 @@ redis_up() {
   if ! redis_pid >/dev/null; then
     if port_open "$REDIS_PORT"; then die "redis: 127.0.0.1:$REDIS_PORT is already in use by another process"; fi
     log "starting redis on 127.0.0.1:$REDIS_PORT"
+    started redis
     if ! redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes \
       --dir "$REDIS_DIR" --daemonize yes --pidfile "$REDIS_PID" --logfile "$REDIS_LOG" \
       --save "" --appendonly yes --appendfsync everysec </dev/null 7>&- 8>&- 9>&-; then
@@ -728,7 +801,10 @@ redis_restart() { # [--wipe]
 up_single() {
   local t0 deadline
   t0=$(now)
-  ensure_packages all
+  ensure_packages stack
+  mkdir -p "$DATA"
+  write_env_file "$PORTS_FILE" "SEQFLOW_PG_PORT=$PG_PORT" "SEQFLOW_REDIS_PORT=$REDIS_PORT" \
+    "SEQFLOW_KAFKA_PORT=$K1_PORT" "SEQFLOW_KAFKA_CONTROLLER_PORT=$K1_CTRL_PORT"
   with_lock build prepare_kafka
   # kafka first: it is the slowest to come up, postgres/redis start meanwhile
   kafka_node_launch single "${SEQFLOW_KAFKA_HEAP:--Xms1g -Xmx1g}"
@@ -837,11 +913,28 @@ down_all() {
   if ((${#pids[@]})); then stop_pids kafka "${pids[@]}"; fi
   kafka_nodes_stop k3c-1 k3c-2 k3c-3
   for n in single "${K3_NODES[@]}"; do rm -f "$(kafka_node_dir "$n")/kafka.pid"; done
-  for p in "$PG_PORT" "$REDIS_PORT" "$K1_PORT" "$K1_CTRL_PORT" "${K3_PORTS[@]}" "${K3_CTRL_PORTS[@]}"; do
+  local ports=("$PG_PORT" "$REDIS_PORT" "$K1_PORT" "$K1_CTRL_PORT")
+  # kafka3's ports are fixed: another checkout's cluster may hold them
+  [[ -d $DATA/kafka/k3-1 ]] && ports+=("${K3_PORTS[@]}" "${K3_CTRL_PORTS[@]}")
+  for p in "${ports[@]}"; do
     port_open "$p" && left+=("$p")
   done
   ((${#left[@]} == 0)) || die "still listening on 127.0.0.1 port(s) ${left[*]} (not started by this stack?)"
   log "stack down"
+}
+
+stop_parts() { # postgres | redis | kafka ...
+  local part
+  for part in "$@"; do
+    case $part in postgres | redis | kafka) ;; *) die "stop: unknown part '$part' (postgres, redis, kafka)" ;; esac
+  done
+  for part in "$@"; do
+    case $part in
+      postgres) pg_down ;;
+      redis) redis_down ;;
+      kafka) kafka_nodes_stop single; rm -f "$(kafka_node_dir single)/kafka.pid" ;;
+    esac
+  done
 }
 
 status_line() { printf '%-10s %-8s %-8s %-48s %s\n' "$@"; }
@@ -894,6 +987,14 @@ main() {
     up) with_lock single up_single ;;
     down) down_all ;;
     status) status ;;
+    stop) stop_parts "$@" ;;
+    missing-packages)
+      case ${1:-stack} in stack | test) missing_packages "${1:-stack}" ;; *) die "missing-packages: stack or test (got '$1')" ;; esac
+      ;;
+    kafka-jars) ensure_packages kafka; with_lock build prepare_kafka ;;
+    packages)
+      case ${1:-stack} in stack | test) ensure_packages "${1:-stack}" ;; *) die "packages: stack or test (got '$1')" ;; esac
+      ;;
     env) print_env "$@" ;;
     up-kafka3) with_lock kafka3 up_kafka3 ;;
     down-kafka3) # brokers first: their controlled shutdown needs the controllers
