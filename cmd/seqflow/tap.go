@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,6 +32,15 @@ const tapCommitTimeout = 10 * time.Second
 // killed without leaving its group holds its partitions this long before
 // a restarted one gets them back.
 const tapSessionTimeout = 10 * time.Second
+
+// tapFetchMaxWait is how long the broker may hold a fetch that finds
+// nothing (franz-go's default: 5s). A read_committed fetch starting
+// inside a transaction's batch, where a group resumes after a commit,
+// came back empty only after the whole wait, and the next fetch brought
+// the records (TestTapGroup against the local stack: every resumed run
+// started 5s late, past a 5s -idle-exit). A tap is one reader, so
+// asking the broker more often costs nothing that matters.
+const tapFetchMaxWait = time.Second
 
 // tap prints the committed records of one topic, each decoded by its
 // schema (tap_schema.go), in one of the formats of tap_format.go. It reads
@@ -60,7 +70,7 @@ func tap(ctx context.Context, out io.Writer, args []string) error {
 	session := fs.String("session", "", "only this session")
 	typ := fs.String("type", "", "only this event type (message, membership, read_receipt, ...)")
 	limit := fs.Int("n", 0, "stop after n events (0 = run until interrupted)")
-	idle := fs.Duration("idle-exit", 0, "exit after this long without events (0 = never)")
+	idle := fs.Duration("idle-exit", 0, "exit after this long without events (0 = never); with -group counted from the group join")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,10 +94,20 @@ func tap(ctx context.Context, out io.Writer, args []string) error {
 		consume = kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*prefix + *topic: parts})
 	}
 	opts := append(eventlog.ClientOpts(st.KafkaBrokers, "seqflow-tap"),
-		consume, kgo.ConsumeResetOffset(offset), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		consume, kgo.ConsumeResetOffset(offset), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(tapFetchMaxWait))
+	// joined is when the tap first had its partitions: at once without a
+	// group, after the join with one. -idle-exit counts from then, so the
+	// time a join takes is never taken for a quiet topic.
+	var joined atomic.Int64
 	if *group != "" {
 		opts = append(opts, kgo.ConsumerGroup(*group), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
-			kgo.SessionTimeout(tapSessionTimeout), kgo.HeartbeatInterval(eventlog.HeartbeatInterval(tapSessionTimeout)))
+			kgo.SessionTimeout(tapSessionTimeout), kgo.HeartbeatInterval(eventlog.HeartbeatInterval(tapSessionTimeout)),
+			kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
+				joined.CompareAndSwap(0, time.Now().UnixNano())
+			}))
+	} else {
+		joined.Store(time.Now().UnixNano())
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -100,18 +120,29 @@ func tap(ctx context.Context, out io.Writer, args []string) error {
 	w := bufio.NewWriter(out)
 	var buf []byte
 	n := 0
+	last := time.Now() // of the last record
 	for {
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if *idle > 0 {
-			pctx, cancel = context.WithTimeout(ctx, *idle)
+			wait := *idle
+			if j := joined.Load(); j != 0 {
+				from := time.Unix(0, j)
+				if last.After(from) {
+					from = last
+				}
+				if wait -= time.Since(from); wait <= 0 {
+					return nil
+				}
+			}
+			pctx, cancel = context.WithTimeout(ctx, wait)
 		}
 		fetches := cl.PollFetches(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
-		if *idle > 0 && pctx.Err() != nil && fetches.NumRecords() == 0 {
-			return nil
+		if fetches.NumRecords() > 0 {
+			last = time.Now()
 		}
 		for _, fe := range fetches.Errors() {
 			if !errors.Is(fe.Err, context.DeadlineExceeded) {
