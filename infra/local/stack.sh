@@ -263,6 +263,8 @@ missing_packages() { # what: stack | kafka | test -> Debian package names that a
   if [[ $what == test ]]; then
     command -v protoc >/dev/null 2>&1 || echo protobuf-compiler # schemas' generate test
     [[ -x $(chromium_path) ]] || echo chromium                    # producer-gw's browser test
+    command -v kcat >/dev/null 2>&1 || echo kcat                  # docs/analytics.md's commands, tested
+    python3 -c 'import venv, ensurepip' 2>/dev/null || echo python3-venv # the Python consumer, DuckDB
   fi
   return 0
 }
@@ -287,7 +289,7 @@ ensure_packages() { # what: stack | kafka | test
   else
     die "missing packages: ${pkgs[*]}
   install them first, e.g.:  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${pkgs[*]}
-  (the stack needs a JDK >= 17 with javac, maven, postgresql, redis-server; the tests also protobuf-compiler and chromium)"
+  (the stack needs a JDK >= 17 with javac, maven, postgresql, redis-server; the tests also protobuf-compiler, chromium, kcat and python3-venv)"
   fi
 }
 
