@@ -109,11 +109,12 @@ type Options struct {
 	// are ephemeral (no seq, never synced, may be lost): show one for its
 	// ExpiresIn at most unless a newer one comes.
 	OnTyping func(Typing)
-	// OnSeen receives the read cursors of the other members of the user's
-	// sessions ("alice has read up to seq 42"), coalesced by the gateway,
-	// from the reading goroutine: it must not block. They are ephemeral
-	// and may be lost; SeenBy gives the exact answer.
-	OnSeen func(Seen)
+	// OnReceipt receives the delivery and read cursors of the other
+	// members of the user's sessions ("bob has received up to seq 42",
+	// "alice has read up to 40"), coalesced by the gateway, from the
+	// reading goroutine: it must not block. They are ephemeral and may be
+	// lost; SeenBy gives the exact answer for reads.
+	OnReceipt func(Receipt)
 
 	// Logger gets connection events at Info and Warn. Default: discard.
 	Logger *slog.Logger
@@ -440,9 +441,9 @@ func (c *Client) onFrame(f serverFrame) {
 			c.opts.OnTyping(Typing{SessionID: f.SessionID, UserID: f.UserID, DeviceID: f.DeviceID,
 				Active: f.Active, ExpiresIn: time.Duration(f.ExpiresInMs) * time.Millisecond})
 		}
-	case wire.OpSeen:
-		if c.opts.OnSeen != nil && f.SessionID != "" && f.UserID != "" && f.Seq > 0 {
-			c.opts.OnSeen(Seen{SessionID: f.SessionID, UserID: f.UserID, Seq: f.Seq})
+	case wire.OpReceipt:
+		if c.opts.OnReceipt != nil && f.SessionID != "" && f.UserID != "" && f.Seq > 0 {
+			c.opts.OnReceipt(Receipt{SessionID: f.SessionID, UserID: f.UserID, Kind: f.Kind, Seq: f.Seq})
 		}
 	case wire.OpAck, wire.OpSeqNotice, wire.OpError:
 		if f.ClientMsgID != "" {
@@ -682,10 +683,12 @@ func (c *Client) Changes(ctx context.Context) ([]wire.SessionChange, error) {
 	return r.Sessions, err
 }
 
-// Seen is another member's read cursor (Options.OnSeen).
-type Seen struct {
+// Receipt is another member's delivery or read cursor (Options.OnReceipt).
+type Receipt struct {
 	SessionID, UserID string
-	Seq               int64
+	// Kind is "delivered" (on any of the user's devices) or "read".
+	Kind string
+	Seq  int64
 }
 
 // SeenBy returns who of the session's current members has read it up to

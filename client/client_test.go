@@ -281,8 +281,14 @@ func TestSDK(t *testing.T) {
 
 	t.Run("read cursors reach the other members, seen_by lists the readers", func(t *testing.T) {
 		alice, bob := user("alice"), user("bob")
-		seen := make(chan Seen, 4)
-		a := p.start(t, alice, "phone", []string{gw.url}, func(o *Options) { o.OnSeen = func(s Seen) { seen <- s } })
+		seen := make(chan Receipt, 4)
+		a := p.start(t, alice, "phone", []string{gw.url}, func(o *Options) {
+			o.OnReceipt = func(r Receipt) {
+				if r.Kind == "read" {
+					seen <- r
+				}
+			}
+		})
 		b := p.start(t, bob, "phone", []string{gw.url}, nil)
 		ctx := ctxT(t, 30*time.Second)
 		g, err := a.CreateGroup(ctx, "seen", bob)

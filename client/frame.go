@@ -39,9 +39,10 @@ type serverFrame struct {
 	HeartbeatMs   int64  `json:"heartbeat_ms"`
 	MaxFrameBytes int    `json:"max_frame_bytes"`
 
-	// Typing frames.
-	Active      bool  `json:"active"`
-	ExpiresInMs int64 `json:"expires_in_ms"`
+	// Typing and receipt frames.
+	Kind        string `json:"kind"`
+	Active      bool   `json:"active"`
+	ExpiresInMs int64  `json:"expires_in_ms"`
 
 	// seen_by results.
 	Users   []string `json:"users"`

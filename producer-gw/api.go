@@ -58,7 +58,7 @@ func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) 
 	case wire.OpRead:
 		res, aerr = a.receipts.read(ctx, p, f)
 		if aerr == nil {
-			a.signals.read(p, f.SessionID, f.Seq)
+			a.signals.cursor(p.UserID, f.SessionID, wire.ReceiptRead, f.Seq)
 		}
 	case wire.OpSeenBy:
 		res, aerr = a.history.seenBy(ctx, p, f)

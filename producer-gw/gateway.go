@@ -261,6 +261,7 @@ func (g *Gateway) compose() {
 	g.history = newHistory(g.store, g.members, g.log)
 	g.receipts = newReceipts(g.cfg, g.kc, g.members, g.log, g.m, g.now)
 	g.signals = newSignals(g.cfg.GatewayID, g.members, g.store, g.presence, g.sender, g.log, g.m, g.now)
+	g.receipts.cursors = g.signals
 	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.signals, g.log, g.m, g.now)
 }
 

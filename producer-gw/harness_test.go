@@ -263,7 +263,8 @@ type frame struct {
 	Sessions      []wire.SessionChange `json:"sessions"`
 	TotalUnread   int64                `json:"total_unread"`
 	ConnID        string               `json:"conn_id"`
-	// Typing frames.
+	// Typing and receipt frames.
+	Kind        string `json:"kind"`
 	UserID      string `json:"user_id"`
 	DeviceID    string `json:"device_id"`
 	Active      bool   `json:"active"`

@@ -35,10 +35,19 @@ type receipts struct {
 	log     *slog.Logger
 	m       *metrics
 	now     func() time.Time
+	// cursors shows delivery cursors to the other members once Kafka has
+	// the receipt; nil: not shown.
+	cursors cursorSink
 }
 
 func newReceipts(cfg Config, kafka receiptProducer, members memberChecker, log *slog.Logger, m *metrics, now func() time.Time) *receipts {
 	return &receipts{cfg: cfg, kafka: kafka, members: members, log: log, m: m, now: now}
+}
+
+// cursorSink takes the cursor of a receipt once Kafka has it (signals), to
+// show the other members. It does not block.
+type cursorSink interface {
+	cursor(user, session, kind string, seq int64)
 }
 
 // read produces the read receipt of f and waits for Kafka's answer, within
@@ -176,6 +185,9 @@ func (b *receiptBatch) produce(cursors map[string]int64) {
 				return
 			}
 			r.m.receipts.WithLabelValues("delivery").Inc()
+			if r.cursors != nil {
+				r.cursors.cursor(b.p.UserID, session, wire.ReceiptDelivered, seq)
+			}
 		})
 	}
 }

@@ -8,9 +8,10 @@ import (
 	"github.com/seqflow/seqflow/internal/wire"
 )
 
-// TestSeen: a read receipt's cursor reaches the other members as a seen
-// frame (on this and another gateway, not the reader), and seen_by answers
-// from the stored cursors who has read up to a seq, the sender left out.
+// TestSeen: a read receipt's cursor reaches the other members as a receipt
+// frame of kind read (on this and another gateway, not the reader), a
+// delivery cursor as one of kind delivered, and seen_by answers from the
+// stored cursors who has read up to a seq, the sender left out.
 func TestSeen(t *testing.T) {
 	p := newPipeline(t)
 	gwA, gwB := p.gateway(nil), p.gateway(nil)
@@ -32,14 +33,22 @@ func TestSeen(t *testing.T) {
 	if r := b.result("r1"); r.Op != wire.OpResult {
 		t.Fatalf("read: %+v", r)
 	}
-	isSeen := func(by string, seq int64) func(frame) bool {
-		return func(f frame) bool { return f.Op == wire.OpSeen && f.SessionID == sid && f.UserID == by && f.Seq == seq }
+	isReceipt := func(kind, by string, seq int64) func(frame) bool {
+		return func(f frame) bool {
+			return f.Op == wire.OpReceipt && f.Kind == kind && f.SessionID == sid && f.UserID == by && f.Seq == seq
+		}
 	}
+	isSeen := func(by string, seq int64) func(frame) bool { return isReceipt(wire.ReceiptRead, by, seq) }
 	a.expect("bob's read cursor", isSeen(bob, seqs[1]))
 	c.expect("bob's read cursor", isSeen(bob, seqs[1]))
 	if f, ok := b.expectWithin(700*time.Millisecond, "own cursor", isSeen(bob, seqs[1])); ok {
 		t.Fatalf("bob got his own cursor back: %+v", f)
 	}
+
+	// A delivered cursor from bob's device: a receipt of kind delivered.
+	b.send(map[string]any{"op": "delivered", "cursors": []map[string]any{{"session_id": sid, "seq": seqs[2]}}})
+	a.expect("bob's delivery cursor", isReceipt(wire.ReceiptDelivered, bob, seqs[2]))
+	c.expect("bob's delivery cursor", isReceipt(wire.ReceiptDelivered, bob, seqs[2]))
 
 	// seen_by reads the stored cursors, which trail the receipt.
 	seenBy := func(cl *client, id string, seq int64) frame {

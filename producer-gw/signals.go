@@ -16,8 +16,8 @@ import (
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-// Typing indicators and read cursors shown to the other members ("seen")
-// are ephemeral: they never enter Kafka. The sender's gateway checks
+// Typing indicators and the read and delivery cursors shown to the other
+// members are ephemeral: they never enter Kafka. The sender's gateway checks
 // membership, then hands each one to the gateways holding
 // the other members' connections (presence in Redis), over the push
 // transport, and those write it to the connections, dropping it rather
@@ -61,11 +61,12 @@ type presenceReader interface {
 var (
 	_ memberLister   = (*store.Store)(nil)
 	_ presenceReader = (*presence.Store)(nil)
+	_ cursorSink     = (*signals)(nil)
 )
 
 // signals fans ephemeral signals out from this gateway: the read loop
-// calls post (typing) and read, which only touch memory; Run does the
-// lookups and the sends.
+// calls post (typing), the receipts call cursor; both only touch memory,
+// and Run does the lookups and the sends.
 type signals struct {
 	gatewayID string
 	members   memberChecker
@@ -78,12 +79,12 @@ type signals struct {
 	m         *metrics
 	now       func() time.Time
 
-	mu    sync.Mutex
-	lists map[string]memberList // session → members, reused for memberListTTL
-	reads map[readKey]int64     // read cursors waiting for the next flush
+	mu      sync.Mutex
+	lists   map[string]memberList // session → members, reused for memberListTTL
+	cursors map[cursorKey]int64   // read and delivery cursors waiting for the next flush
 }
 
-type readKey struct{ session, user string }
+type cursorKey struct{ session, user, kind string }
 
 type memberList struct {
 	users []string
@@ -94,7 +95,7 @@ func newSignals(gatewayID string, members memberChecker, list memberLister, pr p
 	log *slog.Logger, m *metrics, now func() time.Time) *signals {
 	return &signals{gatewayID: gatewayID, members: members, list: list, presence: pr, send: send,
 		limits: newLimiters(typingRate, typingBurst, now), queue: make(chan *imv1.Ephemeral, typingQueue),
-		log: log, m: m, now: now, lists: map[string]memberList{}, reads: map[readKey]int64{}}
+		log: log, m: m, now: now, lists: map[string]memberList{}, cursors: map[cursorKey]int64{}}
 }
 
 // post takes a typing frame of p's device. It blocks only on the
@@ -120,12 +121,13 @@ func (t *signals) post(ctx context.Context, p auth.Principal, f *wire.ClientFram
 	return nil
 }
 
-// read takes the read cursor of a durable read receipt of p, to show the
+// cursor takes the read (kind wire.ReceiptRead) or delivery
+// (wire.ReceiptDelivered) cursor of a durable receipt of user, to show the
 // other members at the next flush. It only touches memory.
-func (t *signals) read(p auth.Principal, session string, seq int64) {
-	k := readKey{session, p.UserID}
+func (t *signals) cursor(user, session, kind string, seq int64) {
+	k := cursorKey{session, user, kind}
 	t.mu.Lock()
-	t.reads[k] = max(t.reads[k], seq)
+	t.cursors[k] = max(t.cursors[k], seq)
 	t.mu.Unlock()
 }
 
@@ -144,12 +146,17 @@ func (t *signals) Run(ctx context.Context) error {
 			t.sweep()
 		case <-flush.C:
 			t.mu.Lock()
-			reads := t.reads
-			t.reads = map[readKey]int64{}
+			cursors := t.cursors
+			t.cursors = map[cursorKey]int64{}
 			t.mu.Unlock()
-			for k, seq := range reads {
-				t.fanOut(ctx, &imv1.Ephemeral{SessionId: k.session, SenderUserId: k.user,
-					Signal: &imv1.Ephemeral_Read{Read: &imv1.Read{Seq: seq}}})
+			for k, seq := range cursors {
+				e := &imv1.Ephemeral{SessionId: k.session, SenderUserId: k.user}
+				if k.kind == wire.ReceiptRead {
+					e.Signal = &imv1.Ephemeral_Read{Read: &imv1.Read{Seq: seq}}
+				} else {
+					e.Signal = &imv1.Ephemeral_Delivered{Delivered: &imv1.Delivered{Seq: seq}}
+				}
+				t.fanOut(ctx, e)
 			}
 		case e := <-t.queue:
 			t.fanOut(ctx, e)
@@ -205,8 +212,11 @@ func (t *signals) fanOut(ctx context.Context, e *imv1.Ephemeral) {
 
 // signalName labels e's kind in the metrics.
 func signalName(e *imv1.Ephemeral) string {
-	if e.GetRead() != nil {
+	switch {
+	case e.GetRead() != nil:
 		return "read"
+	case e.GetDelivered() != nil:
+		return "delivered"
 	}
 	return "typing"
 }
@@ -248,7 +258,9 @@ func ephemeralFrame(e *imv1.Ephemeral) ([]byte, bool) {
 		v = wire.TypingFrame{Op: wire.OpTyping, SessionID: e.SessionId, UserID: e.SenderUserId,
 			DeviceID: e.SenderDeviceId, Active: s.Typing.Active, ExpiresInMs: s.Typing.ExpiresInMs}
 	case *imv1.Ephemeral_Read:
-		v = wire.SeenFrame{Op: wire.OpSeen, SessionID: e.SessionId, UserID: e.SenderUserId, Seq: s.Read.Seq}
+		v = wire.ReceiptFrame{Op: wire.OpReceipt, SessionID: e.SessionId, UserID: e.SenderUserId, Kind: wire.ReceiptRead, Seq: s.Read.Seq}
+	case *imv1.Ephemeral_Delivered:
+		v = wire.ReceiptFrame{Op: wire.OpReceipt, SessionID: e.SessionId, UserID: e.SenderUserId, Kind: wire.ReceiptDelivered, Seq: s.Delivered.Seq}
 	default:
 		return nil, false
 	}

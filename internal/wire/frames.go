@@ -35,9 +35,15 @@ const (
 	OpResult    = "result"
 	OpPong      = "pong"
 	OpHello     = "hello"
-	// OpSeen tells a device that another member read a session up to a
-	// seq (ephemeral, coalesced).
-	OpSeen = "seen"
+	// OpReceipt tells a device that another member received or read a
+	// session up to a seq (ephemeral, coalesced).
+	OpReceipt = "receipt"
+)
+
+// Receipt kinds in receipt frames.
+const (
+	ReceiptDelivered = "delivered"
+	ReceiptRead      = "read"
 )
 
 // Message content types the gateway accepts.
@@ -188,13 +194,15 @@ type TypingFrame struct {
 	ExpiresInMs int64  `json:"expires_in_ms"`
 }
 
-// SeenFrame tells a device that another member has read a session up to
-// Seq. It is ephemeral: the count a client keeps from these may miss some;
-// seen_by gives the exact answer.
-type SeenFrame struct {
+// ReceiptFrame tells a device that another member has received
+// (Kind "delivered", on any of its devices) or read ("read") a session up
+// to Seq. It is ephemeral: what a client gathers from these may miss some;
+// seen_by gives the exact answer for reads.
+type ReceiptFrame struct {
 	Op        string `json:"op"`
 	SessionID string `json:"session_id"`
 	UserID    string `json:"user_id"`
+	Kind      string `json:"kind"`
 	Seq       int64  `json:"seq"`
 }
 

@@ -401,7 +401,7 @@ func (x *SeqAck) GetUplinkOffset() int64 {
 }
 
 // Ephemeral is a signal that is never sequenced and never enters Kafka:
-// typing indicators, read cursors shown to the other members. The sender's gateway hands it straight to the
+// typing indicators, read and delivery cursors shown to the other members. The sender's gateway hands it straight to the
 // gateways holding the other members' connections, over the same
 // transport as pushes, with its recipients. It may be lost (a gateway
 // restart, a full connection queue); a client never fills a gap of them.
@@ -416,6 +416,7 @@ type Ephemeral struct {
 	//
 	//	*Ephemeral_Typing
 	//	*Ephemeral_Read
+	//	*Ephemeral_Delivered
 	Signal        isEphemeral_Signal `protobuf_oneof:"signal"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -504,6 +505,15 @@ func (x *Ephemeral) GetRead() *Read {
 	return nil
 }
 
+func (x *Ephemeral) GetDelivered() *Delivered {
+	if x != nil {
+		if x, ok := x.Signal.(*Ephemeral_Delivered); ok {
+			return x.Delivered
+		}
+	}
+	return nil
+}
+
 type isEphemeral_Signal interface {
 	isEphemeral_Signal()
 }
@@ -516,9 +526,15 @@ type Ephemeral_Read struct {
 	Read *Read `protobuf:"bytes,11,opt,name=read,proto3,oneof"`
 }
 
+type Ephemeral_Delivered struct {
+	Delivered *Delivered `protobuf:"bytes,12,opt,name=delivered,proto3,oneof"`
+}
+
 func (*Ephemeral_Typing) isEphemeral_Signal() {}
 
 func (*Ephemeral_Read) isEphemeral_Signal() {}
+
+func (*Ephemeral_Delivered) isEphemeral_Signal() {}
 
 // Read says the sender (a user, all devices together) has read the
 // session up to seq: the read cursor fanned out to the other members, so
@@ -568,6 +584,54 @@ func (x *Read) GetSeq() int64 {
 	return 0
 }
 
+// Delivered says the sender (a user, any of its devices) has received the
+// session up to seq: the delivery cursor fanned out to the other members,
+// so they can show "delivered". Coalesced per user and session by the
+// sender's gateway; the durable cursor is the DeliveryReceipt.
+type Delivered struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Delivered) Reset() {
+	*x = Delivered{}
+	mi := &file_seqflow_im_v1_push_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Delivered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Delivered) ProtoMessage() {}
+
+func (x *Delivered) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_push_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Delivered.ProtoReflect.Descriptor instead.
+func (*Delivered) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_push_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Delivered) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // Typing says a user is typing in a session (active) or stopped. Clients
 // show it for expires_in_ms at most unless it is repeated: an indicator
 // whose stop was lost goes away by itself.
@@ -581,7 +645,7 @@ type Typing struct {
 
 func (x *Typing) Reset() {
 	*x = Typing{}
-	mi := &file_seqflow_im_v1_push_proto_msgTypes[6]
+	mi := &file_seqflow_im_v1_push_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +657,7 @@ func (x *Typing) String() string {
 func (*Typing) ProtoMessage() {}
 
 func (x *Typing) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_push_proto_msgTypes[6]
+	mi := &file_seqflow_im_v1_push_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +670,7 @@ func (x *Typing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Typing.ProtoReflect.Descriptor instead.
 func (*Typing) Descriptor() ([]byte, []int) {
-	return file_seqflow_im_v1_push_proto_rawDescGZIP(), []int{6}
+	return file_seqflow_im_v1_push_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Typing) GetActive() bool {
@@ -659,7 +723,7 @@ const file_seqflow_im_v1_push_proto_rawDesc = "" +
 	"\fserver_ts_ms\x18\x06 \x01(\x03R\n" +
 	"serverTsMs\x12)\n" +
 	"\x10uplink_partition\x18\a \x01(\x05R\x0fuplinkPartition\x12#\n" +
-	"\ruplink_offset\x18\b \x01(\x03R\fuplinkOffset\"\xfe\x01\n" +
+	"\ruplink_offset\x18\b \x01(\x03R\fuplinkOffset\"\xb8\x02\n" +
 	"\tEphemeral\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
@@ -669,9 +733,12 @@ const file_seqflow_im_v1_push_proto_rawDesc = "" +
 	"sent_ts_ms\x18\x04 \x01(\x03R\bsentTsMs\x12/\n" +
 	"\x06typing\x18\n" +
 	" \x01(\v2\x15.seqflow.im.v1.TypingH\x00R\x06typing\x12)\n" +
-	"\x04read\x18\v \x01(\v2\x13.seqflow.im.v1.ReadH\x00R\x04readB\b\n" +
+	"\x04read\x18\v \x01(\v2\x13.seqflow.im.v1.ReadH\x00R\x04read\x128\n" +
+	"\tdelivered\x18\f \x01(\v2\x18.seqflow.im.v1.DeliveredH\x00R\tdeliveredB\b\n" +
 	"\x06signal\"\x18\n" +
 	"\x04Read\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\x1d\n" +
+	"\tDelivered\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\"D\n" +
 	"\x06Typing\x12\x16\n" +
 	"\x06active\x18\x01 \x01(\bR\x06active\x12\"\n" +
@@ -689,7 +756,7 @@ func file_seqflow_im_v1_push_proto_rawDescGZIP() []byte {
 	return file_seqflow_im_v1_push_proto_rawDescData
 }
 
-var file_seqflow_im_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_seqflow_im_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_seqflow_im_v1_push_proto_goTypes = []any{
 	(*PushBatch)(nil),      // 0: seqflow.im.v1.PushBatch
 	(*PushItem)(nil),       // 1: seqflow.im.v1.PushItem
@@ -697,24 +764,26 @@ var file_seqflow_im_v1_push_proto_goTypes = []any{
 	(*SeqAck)(nil),         // 3: seqflow.im.v1.SeqAck
 	(*Ephemeral)(nil),      // 4: seqflow.im.v1.Ephemeral
 	(*Read)(nil),           // 5: seqflow.im.v1.Read
-	(*Typing)(nil),         // 6: seqflow.im.v1.Typing
-	(*SequencedEvent)(nil), // 7: seqflow.im.v1.SequencedEvent
-	(*DuplicateAck)(nil),   // 8: seqflow.im.v1.DuplicateAck
+	(*Delivered)(nil),      // 6: seqflow.im.v1.Delivered
+	(*Typing)(nil),         // 7: seqflow.im.v1.Typing
+	(*SequencedEvent)(nil), // 8: seqflow.im.v1.SequencedEvent
+	(*DuplicateAck)(nil),   // 9: seqflow.im.v1.DuplicateAck
 }
 var file_seqflow_im_v1_push_proto_depIdxs = []int32{
 	1, // 0: seqflow.im.v1.PushBatch.items:type_name -> seqflow.im.v1.PushItem
 	2, // 1: seqflow.im.v1.PushItem.recipients:type_name -> seqflow.im.v1.Recipient
-	7, // 2: seqflow.im.v1.PushItem.event:type_name -> seqflow.im.v1.SequencedEvent
-	8, // 3: seqflow.im.v1.PushItem.duplicate:type_name -> seqflow.im.v1.DuplicateAck
+	8, // 2: seqflow.im.v1.PushItem.event:type_name -> seqflow.im.v1.SequencedEvent
+	9, // 3: seqflow.im.v1.PushItem.duplicate:type_name -> seqflow.im.v1.DuplicateAck
 	3, // 4: seqflow.im.v1.PushItem.ack:type_name -> seqflow.im.v1.SeqAck
 	4, // 5: seqflow.im.v1.PushItem.ephemeral:type_name -> seqflow.im.v1.Ephemeral
-	6, // 6: seqflow.im.v1.Ephemeral.typing:type_name -> seqflow.im.v1.Typing
+	7, // 6: seqflow.im.v1.Ephemeral.typing:type_name -> seqflow.im.v1.Typing
 	5, // 7: seqflow.im.v1.Ephemeral.read:type_name -> seqflow.im.v1.Read
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	6, // 8: seqflow.im.v1.Ephemeral.delivered:type_name -> seqflow.im.v1.Delivered
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_seqflow_im_v1_push_proto_init() }
@@ -732,6 +801,7 @@ func file_seqflow_im_v1_push_proto_init() {
 	file_seqflow_im_v1_push_proto_msgTypes[4].OneofWrappers = []any{
 		(*Ephemeral_Typing)(nil),
 		(*Ephemeral_Read)(nil),
+		(*Ephemeral_Delivered)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -739,7 +809,7 @@ func file_seqflow_im_v1_push_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_seqflow_im_v1_push_proto_rawDesc), len(file_seqflow_im_v1_push_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
