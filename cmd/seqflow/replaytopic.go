@@ -119,11 +119,7 @@ func replayTopicCreate(ctx context.Context, args []string, out, errOut io.Writer
 	if err != nil {
 		return fmt.Errorf("-retention: %w", err)
 	}
-	brokers, err := o.brokerList()
-	if err != nil {
-		return err
-	}
-	defs, err := replay.OpenDefinitions(brokers, o.prefix)
+	brokers, defs, err := o.definitions()
 	if err != nil {
 		return err
 	}
@@ -241,11 +237,7 @@ func replayTopicList(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	brokers, err := o.brokerList()
-	if err != nil {
-		return err
-	}
-	defs, err := replay.OpenDefinitions(brokers, o.prefix)
+	brokers, defs, err := o.definitions()
 	if err != nil {
 		return err
 	}
@@ -292,11 +284,7 @@ func replayTopicDescribe(ctx context.Context, args []string, out io.Writer) erro
 	if err != nil {
 		return err
 	}
-	brokers, err := o.brokerList()
-	if err != nil {
-		return err
-	}
-	defs, err := replay.OpenDefinitions(brokers, o.prefix)
+	brokers, defs, err := o.definitions()
 	if err != nil {
 		return err
 	}
@@ -365,11 +353,7 @@ func replayTopicDelete(ctx context.Context, args []string, out io.Writer) error 
 	if err != nil {
 		return err
 	}
-	brokers, err := o.brokerList()
-	if err != nil {
-		return err
-	}
-	defs, err := replay.OpenDefinitions(brokers, o.prefix)
+	_, defs, err := o.definitions()
 	if err != nil {
 		return err
 	}
@@ -441,4 +425,15 @@ func parseRetention(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q: want a positive duration (168h, 7d) or forever", s)
 	}
 	return d, nil
+}
+
+// definitions opens the replay definitions of the deployment o names,
+// returning its brokers too.
+func (o opsFlags) definitions() ([]string, *replay.Definitions, error) {
+	brokers, err := o.brokerList()
+	if err != nil {
+		return nil, nil, err
+	}
+	defs, err := replay.OpenDefinitions(brokers, o.prefix)
+	return brokers, defs, err
 }
