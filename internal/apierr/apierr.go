@@ -49,6 +49,10 @@ var registry = map[imv1.ErrorCode]Entry{
 	imv1.ErrorCode_ERROR_CODE_NOT_OWN_MESSAGE:    {"only the sender can edit or recall a message", false, http.StatusForbidden},
 	// Retryable: the target may not have reached the message store yet.
 	imv1.ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND: {"no message with this seq in the session (yet)", true, http.StatusNotFound},
+	imv1.ErrorCode_ERROR_CODE_NOT_PERMITTED:     {"your role in this group does not allow this", false, http.StatusForbidden},
+	imv1.ErrorCode_ERROR_CODE_MUTED:             {"you are muted in this group", false, http.StatusForbidden},
+	imv1.ErrorCode_ERROR_CODE_GROUP_DISSOLVED:   {"the group was dissolved", false, http.StatusGone},
+	imv1.ErrorCode_ERROR_CODE_GROUP_FULL:        {"the group is at its member limit", false, http.StatusConflict},
 
 	imv1.ErrorCode_ERROR_CODE_UNAVAILABLE:   {"a dependency is unavailable; retry with the same client_msg_id", true, http.StatusServiceUnavailable},
 	imv1.ErrorCode_ERROR_CODE_TIMEOUT:       {"the request timed out; retry with the same client_msg_id", true, http.StatusGatewayTimeout},

@@ -71,6 +71,115 @@ func (SessionKind) EnumDescriptor() ([]byte, []int) {
 	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{0}
 }
 
+// GroupRole is a member's role in a group. Direct sessions have no roles.
+type GroupRole int32
+
+const (
+	GroupRole_GROUP_ROLE_UNSPECIFIED GroupRole = 0
+	GroupRole_GROUP_ROLE_MEMBER      GroupRole = 1
+	GroupRole_GROUP_ROLE_ADMIN       GroupRole = 2
+	GroupRole_GROUP_ROLE_OWNER       GroupRole = 3
+)
+
+// Enum value maps for GroupRole.
+var (
+	GroupRole_name = map[int32]string{
+		0: "GROUP_ROLE_UNSPECIFIED",
+		1: "GROUP_ROLE_MEMBER",
+		2: "GROUP_ROLE_ADMIN",
+		3: "GROUP_ROLE_OWNER",
+	}
+	GroupRole_value = map[string]int32{
+		"GROUP_ROLE_UNSPECIFIED": 0,
+		"GROUP_ROLE_MEMBER":      1,
+		"GROUP_ROLE_ADMIN":       2,
+		"GROUP_ROLE_OWNER":       3,
+	}
+)
+
+func (x GroupRole) Enum() *GroupRole {
+	p := new(GroupRole)
+	*p = x
+	return p
+}
+
+func (x GroupRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GroupRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_seqflow_im_v1_content_proto_enumTypes[1].Descriptor()
+}
+
+func (GroupRole) Type() protoreflect.EnumType {
+	return &file_seqflow_im_v1_content_proto_enumTypes[1]
+}
+
+func (x GroupRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GroupRole.Descriptor instead.
+func (GroupRole) EnumDescriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{1}
+}
+
+// JoinRule says who may join a group by themselves (GroupChange.join).
+type JoinRule int32
+
+const (
+	// Unspecified is invite only.
+	JoinRule_JOIN_RULE_UNSPECIFIED JoinRule = 0
+	JoinRule_JOIN_RULE_INVITE_ONLY JoinRule = 1
+	// Anyone may join.
+	JoinRule_JOIN_RULE_OPEN JoinRule = 2
+	// Anyone holding the group's invite code may join.
+	JoinRule_JOIN_RULE_CODE JoinRule = 3
+)
+
+// Enum value maps for JoinRule.
+var (
+	JoinRule_name = map[int32]string{
+		0: "JOIN_RULE_UNSPECIFIED",
+		1: "JOIN_RULE_INVITE_ONLY",
+		2: "JOIN_RULE_OPEN",
+		3: "JOIN_RULE_CODE",
+	}
+	JoinRule_value = map[string]int32{
+		"JOIN_RULE_UNSPECIFIED": 0,
+		"JOIN_RULE_INVITE_ONLY": 1,
+		"JOIN_RULE_OPEN":        2,
+		"JOIN_RULE_CODE":        3,
+	}
+)
+
+func (x JoinRule) Enum() *JoinRule {
+	p := new(JoinRule)
+	*p = x
+	return p
+}
+
+func (x JoinRule) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JoinRule) Descriptor() protoreflect.EnumDescriptor {
+	return file_seqflow_im_v1_content_proto_enumTypes[2].Descriptor()
+}
+
+func (JoinRule) Type() protoreflect.EnumType {
+	return &file_seqflow_im_v1_content_proto_enumTypes[2]
+}
+
+func (x JoinRule) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JoinRule.Descriptor instead.
+func (JoinRule) EnumDescriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{2}
+}
+
 type MembershipChange_Op int32
 
 const (
@@ -104,11 +213,11 @@ func (x MembershipChange_Op) String() string {
 }
 
 func (MembershipChange_Op) Descriptor() protoreflect.EnumDescriptor {
-	return file_seqflow_im_v1_content_proto_enumTypes[1].Descriptor()
+	return file_seqflow_im_v1_content_proto_enumTypes[3].Descriptor()
 }
 
 func (MembershipChange_Op) Type() protoreflect.EnumType {
-	return &file_seqflow_im_v1_content_proto_enumTypes[1]
+	return &file_seqflow_im_v1_content_proto_enumTypes[3]
 }
 
 func (x MembershipChange_Op) Number() protoreflect.EnumNumber {
@@ -117,7 +226,7 @@ func (x MembershipChange_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MembershipChange_Op.Descriptor instead.
 func (MembershipChange_Op) EnumDescriptor() ([]byte, []int) {
-	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{2, 0}
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{4, 0}
 }
 
 // MessageContent is a chat message body.
@@ -175,12 +284,16 @@ func (x *MessageContent) GetBody() []byte {
 	return nil
 }
 
-// SessionCreate creates a session with its first members.
+// SessionCreate creates a session with its first members. In a group the
+// sender (the creator) is its owner, everyone else a member.
 type SessionCreate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          SessionKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=seqflow.im.v1.SessionKind" json:"kind,omitempty"`
 	Title         string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
 	MemberUserIds []string               `protobuf:"bytes,3,rep,name=member_user_ids,json=memberUserIds,proto3" json:"member_user_ids,omitempty"`
+	// settings are a group's initial settings (unset: invite only, members
+	// may not invite). Ignored for a direct session.
+	Settings      *GroupSettings `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -236,6 +349,268 @@ func (x *SessionCreate) GetMemberUserIds() []string {
 	return nil
 }
 
+func (x *SessionCreate) GetSettings() *GroupSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+// GroupSettings are a group's editable settings.
+type GroupSettings struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Description string                 `protobuf:"bytes,1,opt,name=description,proto3" json:"description,omitempty"`
+	AvatarUrl   string                 `protobuf:"bytes,2,opt,name=avatar_url,json=avatarUrl,proto3" json:"avatar_url,omitempty"`
+	JoinRule    JoinRule               `protobuf:"varint,3,opt,name=join_rule,json=joinRule,proto3,enum=seqflow.im.v1.JoinRule" json:"join_rule,omitempty"`
+	// members_can_invite lets plain members add others (admins always can).
+	MembersCanInvite bool `protobuf:"varint,4,opt,name=members_can_invite,json=membersCanInvite,proto3" json:"members_can_invite,omitempty"`
+	// invite_code is what a joiner must present under JOIN_RULE_CODE. Only
+	// uplinks carry it: the sequencer writes its SHA-256 into the event
+	// (invite_code_sha256) and clears it, so the log never holds the code.
+	InviteCode       string `protobuf:"bytes,5,opt,name=invite_code,json=inviteCode,proto3" json:"invite_code,omitempty"`
+	InviteCodeSha256 []byte `protobuf:"bytes,6,opt,name=invite_code_sha256,json=inviteCodeSha256,proto3" json:"invite_code_sha256,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GroupSettings) Reset() {
+	*x = GroupSettings{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupSettings) ProtoMessage() {}
+
+func (x *GroupSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupSettings.ProtoReflect.Descriptor instead.
+func (*GroupSettings) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GroupSettings) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *GroupSettings) GetAvatarUrl() string {
+	if x != nil {
+		return x.AvatarUrl
+	}
+	return ""
+}
+
+func (x *GroupSettings) GetJoinRule() JoinRule {
+	if x != nil {
+		return x.JoinRule
+	}
+	return JoinRule_JOIN_RULE_UNSPECIFIED
+}
+
+func (x *GroupSettings) GetMembersCanInvite() bool {
+	if x != nil {
+		return x.MembersCanInvite
+	}
+	return false
+}
+
+func (x *GroupSettings) GetInviteCode() string {
+	if x != nil {
+		return x.InviteCode
+	}
+	return ""
+}
+
+func (x *GroupSettings) GetInviteCodeSha256() []byte {
+	if x != nil {
+		return x.InviteCodeSha256
+	}
+	return nil
+}
+
+// GroupChange is one governance operation on a group, decided by the
+// sequencer against the group's state as of the log (the actor is the
+// uplink's sender). Adding and removing members (kick, leave) are
+// MembershipChange.
+type GroupChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*GroupChange_Join_
+	//	*GroupChange_SetRole_
+	//	*GroupChange_TransferOwnership_
+	//	*GroupChange_Mute_
+	//	*GroupChange_MuteAll_
+	//	*GroupChange_Edit
+	//	*GroupChange_Dissolve_
+	Op            isGroupChange_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupChange) Reset() {
+	*x = GroupChange{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChange) ProtoMessage() {}
+
+func (x *GroupChange) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChange.ProtoReflect.Descriptor instead.
+func (*GroupChange) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GroupChange) GetOp() isGroupChange_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *GroupChange) GetJoin() *GroupChange_Join {
+	if x != nil {
+		if x, ok := x.Op.(*GroupChange_Join_); ok {
+			return x.Join
+		}
+	}
+	return nil
+}
+
+func (x *GroupChange) GetSetRole() *GroupChange_SetRole {
+	if x != nil {
+		if x, ok := x.Op.(*GroupChange_SetRole_); ok {
+			return x.SetRole
+		}
+	}
+	return nil
+}
+
+func (x *GroupChange) GetTransferOwnership() *GroupChange_TransferOwnership {
+	if x != nil {
+		if x, ok := x.Op.(*GroupChange_TransferOwnership_); ok {
+			return x.TransferOwnership
+		}
+	}
+	return nil
+}
+
+func (x *GroupChange) GetMute() *GroupChange_Mute {
+	if x != nil {
+		if x, ok := x.Op.(*GroupChange_Mute_); ok {
+			return x.Mute
+		}
+	}
+	return nil
+}
+
+func (x *GroupChange) GetMuteAll() *GroupChange_MuteAll {
+	if x != nil {
+		if x, ok := x.Op.(*GroupChange_MuteAll_); ok {
+			return x.MuteAll
+		}
+	}
+	return nil
+}
+
+func (x *GroupChange) GetEdit() *GroupChange_EditGroup {
+	if x != nil {
+		if x, ok := x.Op.(*GroupChange_Edit); ok {
+			return x.Edit
+		}
+	}
+	return nil
+}
+
+func (x *GroupChange) GetDissolve() *GroupChange_Dissolve {
+	if x != nil {
+		if x, ok := x.Op.(*GroupChange_Dissolve_); ok {
+			return x.Dissolve
+		}
+	}
+	return nil
+}
+
+type isGroupChange_Op interface {
+	isGroupChange_Op()
+}
+
+type GroupChange_Join_ struct {
+	Join *GroupChange_Join `protobuf:"bytes,1,opt,name=join,proto3,oneof"`
+}
+
+type GroupChange_SetRole_ struct {
+	SetRole *GroupChange_SetRole `protobuf:"bytes,2,opt,name=set_role,json=setRole,proto3,oneof"`
+}
+
+type GroupChange_TransferOwnership_ struct {
+	TransferOwnership *GroupChange_TransferOwnership `protobuf:"bytes,3,opt,name=transfer_ownership,json=transferOwnership,proto3,oneof"`
+}
+
+type GroupChange_Mute_ struct {
+	Mute *GroupChange_Mute `protobuf:"bytes,4,opt,name=mute,proto3,oneof"`
+}
+
+type GroupChange_MuteAll_ struct {
+	MuteAll *GroupChange_MuteAll `protobuf:"bytes,5,opt,name=mute_all,json=muteAll,proto3,oneof"`
+}
+
+type GroupChange_Edit struct {
+	Edit *GroupChange_EditGroup `protobuf:"bytes,6,opt,name=edit,proto3,oneof"`
+}
+
+type GroupChange_Dissolve_ struct {
+	Dissolve *GroupChange_Dissolve `protobuf:"bytes,7,opt,name=dissolve,proto3,oneof"`
+}
+
+func (*GroupChange_Join_) isGroupChange_Op() {}
+
+func (*GroupChange_SetRole_) isGroupChange_Op() {}
+
+func (*GroupChange_TransferOwnership_) isGroupChange_Op() {}
+
+func (*GroupChange_Mute_) isGroupChange_Op() {}
+
+func (*GroupChange_MuteAll_) isGroupChange_Op() {}
+
+func (*GroupChange_Edit) isGroupChange_Op() {}
+
+func (*GroupChange_Dissolve_) isGroupChange_Op() {}
+
 // MembershipChange adds or removes members of a session.
 type MembershipChange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -247,7 +622,7 @@ type MembershipChange struct {
 
 func (x *MembershipChange) Reset() {
 	*x = MembershipChange{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[2]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +634,7 @@ func (x *MembershipChange) String() string {
 func (*MembershipChange) ProtoMessage() {}
 
 func (x *MembershipChange) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[2]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +647,7 @@ func (x *MembershipChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipChange.ProtoReflect.Descriptor instead.
 func (*MembershipChange) Descriptor() ([]byte, []int) {
-	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{2}
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MembershipChange) GetOp() MembershipChange_Op {
@@ -300,7 +675,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[3]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +687,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[3]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +700,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{3}
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Edit) GetTargetSeq() int64 {
@@ -352,7 +727,7 @@ type Recall struct {
 
 func (x *Recall) Reset() {
 	*x = Recall{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[4]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +739,7 @@ func (x *Recall) String() string {
 func (*Recall) ProtoMessage() {}
 
 func (x *Recall) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[4]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +752,7 @@ func (x *Recall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recall.ProtoReflect.Descriptor instead.
 func (*Recall) Descriptor() ([]byte, []int) {
-	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{4}
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Recall) GetTargetSeq() int64 {
@@ -387,6 +762,394 @@ func (x *Recall) GetTargetSeq() int64 {
 	return 0
 }
 
+// Join adds the sender to a group whose join rule is open, or that has
+// an invite code the sender presents.
+type GroupChange_Join struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// invite_code is the code presented (uplinks only; cleared in the
+	// event, which sets by_invite_code instead).
+	InviteCode    string `protobuf:"bytes,1,opt,name=invite_code,json=inviteCode,proto3" json:"invite_code,omitempty"`
+	ByInviteCode  bool   `protobuf:"varint,2,opt,name=by_invite_code,json=byInviteCode,proto3" json:"by_invite_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupChange_Join) Reset() {
+	*x = GroupChange_Join{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChange_Join) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChange_Join) ProtoMessage() {}
+
+func (x *GroupChange_Join) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChange_Join.ProtoReflect.Descriptor instead.
+func (*GroupChange_Join) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{3, 0}
+}
+
+func (x *GroupChange_Join) GetInviteCode() string {
+	if x != nil {
+		return x.InviteCode
+	}
+	return ""
+}
+
+func (x *GroupChange_Join) GetByInviteCode() bool {
+	if x != nil {
+		return x.ByInviteCode
+	}
+	return false
+}
+
+// SetRole makes a member an admin or a plain member (owner only).
+type GroupChange_SetRole struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        string                 `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Role          GroupRole              `protobuf:"varint,2,opt,name=role,proto3,enum=seqflow.im.v1.GroupRole" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupChange_SetRole) Reset() {
+	*x = GroupChange_SetRole{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChange_SetRole) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChange_SetRole) ProtoMessage() {}
+
+func (x *GroupChange_SetRole) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChange_SetRole.ProtoReflect.Descriptor instead.
+func (*GroupChange_SetRole) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{3, 1}
+}
+
+func (x *GroupChange_SetRole) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *GroupChange_SetRole) GetRole() GroupRole {
+	if x != nil {
+		return x.Role
+	}
+	return GroupRole_GROUP_ROLE_UNSPECIFIED
+}
+
+// TransferOwnership makes a member the owner; the old owner becomes an
+// admin (owner only).
+type GroupChange_TransferOwnership struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        string                 `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupChange_TransferOwnership) Reset() {
+	*x = GroupChange_TransferOwnership{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChange_TransferOwnership) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChange_TransferOwnership) ProtoMessage() {}
+
+func (x *GroupChange_TransferOwnership) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChange_TransferOwnership.ProtoReflect.Descriptor instead.
+func (*GroupChange_TransferOwnership) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{3, 2}
+}
+
+func (x *GroupChange_TransferOwnership) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+// Mute stops a member from sending until until_ms (server time, Unix
+// milliseconds); 0 lifts a mute.
+type GroupChange_Mute struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        string                 `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	UntilMs       int64                  `protobuf:"varint,2,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupChange_Mute) Reset() {
+	*x = GroupChange_Mute{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChange_Mute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChange_Mute) ProtoMessage() {}
+
+func (x *GroupChange_Mute) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChange_Mute.ProtoReflect.Descriptor instead.
+func (*GroupChange_Mute) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{3, 3}
+}
+
+func (x *GroupChange_Mute) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *GroupChange_Mute) GetUntilMs() int64 {
+	if x != nil {
+		return x.UntilMs
+	}
+	return 0
+}
+
+// MuteAll stops every plain member from sending (admins still speak).
+type GroupChange_MuteAll struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Muted         bool                   `protobuf:"varint,1,opt,name=muted,proto3" json:"muted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupChange_MuteAll) Reset() {
+	*x = GroupChange_MuteAll{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChange_MuteAll) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChange_MuteAll) ProtoMessage() {}
+
+func (x *GroupChange_MuteAll) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChange_MuteAll.ProtoReflect.Descriptor instead.
+func (*GroupChange_MuteAll) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{3, 4}
+}
+
+func (x *GroupChange_MuteAll) GetMuted() bool {
+	if x != nil {
+		return x.Muted
+	}
+	return false
+}
+
+// EditGroup changes the fields that are set, leaving the others.
+type GroupChange_EditGroup struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Title            *string                `protobuf:"bytes,1,opt,name=title,proto3,oneof" json:"title,omitempty"`
+	Description      *string                `protobuf:"bytes,2,opt,name=description,proto3,oneof" json:"description,omitempty"`
+	AvatarUrl        *string                `protobuf:"bytes,3,opt,name=avatar_url,json=avatarUrl,proto3,oneof" json:"avatar_url,omitempty"`
+	JoinRule         *JoinRule              `protobuf:"varint,4,opt,name=join_rule,json=joinRule,proto3,enum=seqflow.im.v1.JoinRule,oneof" json:"join_rule,omitempty"`
+	MembersCanInvite *bool                  `protobuf:"varint,5,opt,name=members_can_invite,json=membersCanInvite,proto3,oneof" json:"members_can_invite,omitempty"`
+	// invite_code as in GroupSettings: set to a code, it replaces the
+	// group's code; set to "", it removes it. Events carry it set to ""
+	// whenever the uplink set it, and the new code's SHA-256 (empty: none).
+	InviteCode       *string `protobuf:"bytes,6,opt,name=invite_code,json=inviteCode,proto3,oneof" json:"invite_code,omitempty"`
+	InviteCodeSha256 []byte  `protobuf:"bytes,7,opt,name=invite_code_sha256,json=inviteCodeSha256,proto3" json:"invite_code_sha256,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GroupChange_EditGroup) Reset() {
+	*x = GroupChange_EditGroup{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChange_EditGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChange_EditGroup) ProtoMessage() {}
+
+func (x *GroupChange_EditGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChange_EditGroup.ProtoReflect.Descriptor instead.
+func (*GroupChange_EditGroup) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{3, 5}
+}
+
+func (x *GroupChange_EditGroup) GetTitle() string {
+	if x != nil && x.Title != nil {
+		return *x.Title
+	}
+	return ""
+}
+
+func (x *GroupChange_EditGroup) GetDescription() string {
+	if x != nil && x.Description != nil {
+		return *x.Description
+	}
+	return ""
+}
+
+func (x *GroupChange_EditGroup) GetAvatarUrl() string {
+	if x != nil && x.AvatarUrl != nil {
+		return *x.AvatarUrl
+	}
+	return ""
+}
+
+func (x *GroupChange_EditGroup) GetJoinRule() JoinRule {
+	if x != nil && x.JoinRule != nil {
+		return *x.JoinRule
+	}
+	return JoinRule_JOIN_RULE_UNSPECIFIED
+}
+
+func (x *GroupChange_EditGroup) GetMembersCanInvite() bool {
+	if x != nil && x.MembersCanInvite != nil {
+		return *x.MembersCanInvite
+	}
+	return false
+}
+
+func (x *GroupChange_EditGroup) GetInviteCode() string {
+	if x != nil && x.InviteCode != nil {
+		return *x.InviteCode
+	}
+	return ""
+}
+
+func (x *GroupChange_EditGroup) GetInviteCodeSha256() []byte {
+	if x != nil {
+		return x.InviteCodeSha256
+	}
+	return nil
+}
+
+// Dissolve ends a group (owner only): every later command to it is
+// refused with GROUP_DISSOLVED.
+type GroupChange_Dissolve struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupChange_Dissolve) Reset() {
+	*x = GroupChange_Dissolve{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChange_Dissolve) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChange_Dissolve) ProtoMessage() {}
+
+func (x *GroupChange_Dissolve) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChange_Dissolve.ProtoReflect.Descriptor instead.
+func (*GroupChange_Dissolve) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{3, 6}
+}
+
 var File_seqflow_im_v1_content_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_content_proto_rawDesc = "" +
@@ -394,11 +1157,63 @@ const file_seqflow_im_v1_content_proto_rawDesc = "" +
 	"\x1bseqflow/im/v1/content.proto\x12\rseqflow.im.v1\"8\n" +
 	"\x0eMessageContent\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
-	"\x04body\x18\x02 \x01(\fR\x04body\"}\n" +
+	"\x04body\x18\x02 \x01(\fR\x04body\"\xb7\x01\n" +
 	"\rSessionCreate\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.seqflow.im.v1.SessionKindR\x04kind\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12&\n" +
-	"\x0fmember_user_ids\x18\x03 \x03(\tR\rmemberUserIds\"\x96\x01\n" +
+	"\x0fmember_user_ids\x18\x03 \x03(\tR\rmemberUserIds\x128\n" +
+	"\bsettings\x18\x04 \x01(\v2\x1c.seqflow.im.v1.GroupSettingsR\bsettings\"\x83\x02\n" +
+	"\rGroupSettings\x12 \n" +
+	"\vdescription\x18\x01 \x01(\tR\vdescription\x12\x1d\n" +
+	"\n" +
+	"avatar_url\x18\x02 \x01(\tR\tavatarUrl\x124\n" +
+	"\tjoin_rule\x18\x03 \x01(\x0e2\x17.seqflow.im.v1.JoinRuleR\bjoinRule\x12,\n" +
+	"\x12members_can_invite\x18\x04 \x01(\bR\x10membersCanInvite\x12\x1f\n" +
+	"\vinvite_code\x18\x05 \x01(\tR\n" +
+	"inviteCode\x12,\n" +
+	"\x12invite_code_sha256\x18\x06 \x01(\fR\x10inviteCodeSha256\"\xad\t\n" +
+	"\vGroupChange\x125\n" +
+	"\x04join\x18\x01 \x01(\v2\x1f.seqflow.im.v1.GroupChange.JoinH\x00R\x04join\x12?\n" +
+	"\bset_role\x18\x02 \x01(\v2\".seqflow.im.v1.GroupChange.SetRoleH\x00R\asetRole\x12]\n" +
+	"\x12transfer_ownership\x18\x03 \x01(\v2,.seqflow.im.v1.GroupChange.TransferOwnershipH\x00R\x11transferOwnership\x125\n" +
+	"\x04mute\x18\x04 \x01(\v2\x1f.seqflow.im.v1.GroupChange.MuteH\x00R\x04mute\x12?\n" +
+	"\bmute_all\x18\x05 \x01(\v2\".seqflow.im.v1.GroupChange.MuteAllH\x00R\amuteAll\x12:\n" +
+	"\x04edit\x18\x06 \x01(\v2$.seqflow.im.v1.GroupChange.EditGroupH\x00R\x04edit\x12A\n" +
+	"\bdissolve\x18\a \x01(\v2#.seqflow.im.v1.GroupChange.DissolveH\x00R\bdissolve\x1aM\n" +
+	"\x04Join\x12\x1f\n" +
+	"\vinvite_code\x18\x01 \x01(\tR\n" +
+	"inviteCode\x12$\n" +
+	"\x0eby_invite_code\x18\x02 \x01(\bR\fbyInviteCode\x1aP\n" +
+	"\aSetRole\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\tR\x06userId\x12,\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x18.seqflow.im.v1.GroupRoleR\x04role\x1a,\n" +
+	"\x11TransferOwnership\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\tR\x06userId\x1a:\n" +
+	"\x04Mute\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x19\n" +
+	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\x1a\x1f\n" +
+	"\aMuteAll\x12\x14\n" +
+	"\x05muted\x18\x01 \x01(\bR\x05muted\x1a\x91\x03\n" +
+	"\tEditGroup\x12\x19\n" +
+	"\x05title\x18\x01 \x01(\tH\x00R\x05title\x88\x01\x01\x12%\n" +
+	"\vdescription\x18\x02 \x01(\tH\x01R\vdescription\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"avatar_url\x18\x03 \x01(\tH\x02R\tavatarUrl\x88\x01\x01\x129\n" +
+	"\tjoin_rule\x18\x04 \x01(\x0e2\x17.seqflow.im.v1.JoinRuleH\x03R\bjoinRule\x88\x01\x01\x121\n" +
+	"\x12members_can_invite\x18\x05 \x01(\bH\x04R\x10membersCanInvite\x88\x01\x01\x12$\n" +
+	"\vinvite_code\x18\x06 \x01(\tH\x05R\n" +
+	"inviteCode\x88\x01\x01\x12,\n" +
+	"\x12invite_code_sha256\x18\a \x01(\fR\x10inviteCodeSha256B\b\n" +
+	"\x06_titleB\x0e\n" +
+	"\f_descriptionB\r\n" +
+	"\v_avatar_urlB\f\n" +
+	"\n" +
+	"_join_ruleB\x15\n" +
+	"\x13_members_can_inviteB\x0e\n" +
+	"\f_invite_code\x1a\n" +
+	"\n" +
+	"\bDissolveB\x04\n" +
+	"\x02op\"\x96\x01\n" +
 	"\x10MembershipChange\x122\n" +
 	"\x02op\x18\x01 \x01(\x0e2\".seqflow.im.v1.MembershipChange.OpR\x02op\x12\x19\n" +
 	"\buser_ids\x18\x02 \x03(\tR\auserIds\"3\n" +
@@ -417,7 +1232,17 @@ const file_seqflow_im_v1_content_proto_rawDesc = "" +
 	"\vSessionKind\x12\x1c\n" +
 	"\x18SESSION_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SESSION_KIND_DIRECT\x10\x01\x12\x16\n" +
-	"\x12SESSION_KIND_GROUP\x10\x02B.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
+	"\x12SESSION_KIND_GROUP\x10\x02*j\n" +
+	"\tGroupRole\x12\x1a\n" +
+	"\x16GROUP_ROLE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11GROUP_ROLE_MEMBER\x10\x01\x12\x14\n" +
+	"\x10GROUP_ROLE_ADMIN\x10\x02\x12\x14\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x03*h\n" +
+	"\bJoinRule\x12\x19\n" +
+	"\x15JOIN_RULE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15JOIN_RULE_INVITE_ONLY\x10\x01\x12\x12\n" +
+	"\x0eJOIN_RULE_OPEN\x10\x02\x12\x12\n" +
+	"\x0eJOIN_RULE_CODE\x10\x03B.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
 
 var (
 	file_seqflow_im_v1_content_proto_rawDescOnce sync.Once
@@ -431,26 +1256,48 @@ func file_seqflow_im_v1_content_proto_rawDescGZIP() []byte {
 	return file_seqflow_im_v1_content_proto_rawDescData
 }
 
-var file_seqflow_im_v1_content_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_seqflow_im_v1_content_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_seqflow_im_v1_content_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_seqflow_im_v1_content_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_seqflow_im_v1_content_proto_goTypes = []any{
-	(SessionKind)(0),         // 0: seqflow.im.v1.SessionKind
-	(MembershipChange_Op)(0), // 1: seqflow.im.v1.MembershipChange.Op
-	(*MessageContent)(nil),   // 2: seqflow.im.v1.MessageContent
-	(*SessionCreate)(nil),    // 3: seqflow.im.v1.SessionCreate
-	(*MembershipChange)(nil), // 4: seqflow.im.v1.MembershipChange
-	(*Edit)(nil),             // 5: seqflow.im.v1.Edit
-	(*Recall)(nil),           // 6: seqflow.im.v1.Recall
+	(SessionKind)(0),                      // 0: seqflow.im.v1.SessionKind
+	(GroupRole)(0),                        // 1: seqflow.im.v1.GroupRole
+	(JoinRule)(0),                         // 2: seqflow.im.v1.JoinRule
+	(MembershipChange_Op)(0),              // 3: seqflow.im.v1.MembershipChange.Op
+	(*MessageContent)(nil),                // 4: seqflow.im.v1.MessageContent
+	(*SessionCreate)(nil),                 // 5: seqflow.im.v1.SessionCreate
+	(*GroupSettings)(nil),                 // 6: seqflow.im.v1.GroupSettings
+	(*GroupChange)(nil),                   // 7: seqflow.im.v1.GroupChange
+	(*MembershipChange)(nil),              // 8: seqflow.im.v1.MembershipChange
+	(*Edit)(nil),                          // 9: seqflow.im.v1.Edit
+	(*Recall)(nil),                        // 10: seqflow.im.v1.Recall
+	(*GroupChange_Join)(nil),              // 11: seqflow.im.v1.GroupChange.Join
+	(*GroupChange_SetRole)(nil),           // 12: seqflow.im.v1.GroupChange.SetRole
+	(*GroupChange_TransferOwnership)(nil), // 13: seqflow.im.v1.GroupChange.TransferOwnership
+	(*GroupChange_Mute)(nil),              // 14: seqflow.im.v1.GroupChange.Mute
+	(*GroupChange_MuteAll)(nil),           // 15: seqflow.im.v1.GroupChange.MuteAll
+	(*GroupChange_EditGroup)(nil),         // 16: seqflow.im.v1.GroupChange.EditGroup
+	(*GroupChange_Dissolve)(nil),          // 17: seqflow.im.v1.GroupChange.Dissolve
 }
 var file_seqflow_im_v1_content_proto_depIdxs = []int32{
-	0, // 0: seqflow.im.v1.SessionCreate.kind:type_name -> seqflow.im.v1.SessionKind
-	1, // 1: seqflow.im.v1.MembershipChange.op:type_name -> seqflow.im.v1.MembershipChange.Op
-	2, // 2: seqflow.im.v1.Edit.content:type_name -> seqflow.im.v1.MessageContent
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	0,  // 0: seqflow.im.v1.SessionCreate.kind:type_name -> seqflow.im.v1.SessionKind
+	6,  // 1: seqflow.im.v1.SessionCreate.settings:type_name -> seqflow.im.v1.GroupSettings
+	2,  // 2: seqflow.im.v1.GroupSettings.join_rule:type_name -> seqflow.im.v1.JoinRule
+	11, // 3: seqflow.im.v1.GroupChange.join:type_name -> seqflow.im.v1.GroupChange.Join
+	12, // 4: seqflow.im.v1.GroupChange.set_role:type_name -> seqflow.im.v1.GroupChange.SetRole
+	13, // 5: seqflow.im.v1.GroupChange.transfer_ownership:type_name -> seqflow.im.v1.GroupChange.TransferOwnership
+	14, // 6: seqflow.im.v1.GroupChange.mute:type_name -> seqflow.im.v1.GroupChange.Mute
+	15, // 7: seqflow.im.v1.GroupChange.mute_all:type_name -> seqflow.im.v1.GroupChange.MuteAll
+	16, // 8: seqflow.im.v1.GroupChange.edit:type_name -> seqflow.im.v1.GroupChange.EditGroup
+	17, // 9: seqflow.im.v1.GroupChange.dissolve:type_name -> seqflow.im.v1.GroupChange.Dissolve
+	3,  // 10: seqflow.im.v1.MembershipChange.op:type_name -> seqflow.im.v1.MembershipChange.Op
+	4,  // 11: seqflow.im.v1.Edit.content:type_name -> seqflow.im.v1.MessageContent
+	1,  // 12: seqflow.im.v1.GroupChange.SetRole.role:type_name -> seqflow.im.v1.GroupRole
+	2,  // 13: seqflow.im.v1.GroupChange.EditGroup.join_rule:type_name -> seqflow.im.v1.JoinRule
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_seqflow_im_v1_content_proto_init() }
@@ -458,13 +1305,23 @@ func file_seqflow_im_v1_content_proto_init() {
 	if File_seqflow_im_v1_content_proto != nil {
 		return
 	}
+	file_seqflow_im_v1_content_proto_msgTypes[3].OneofWrappers = []any{
+		(*GroupChange_Join_)(nil),
+		(*GroupChange_SetRole_)(nil),
+		(*GroupChange_TransferOwnership_)(nil),
+		(*GroupChange_Mute_)(nil),
+		(*GroupChange_MuteAll_)(nil),
+		(*GroupChange_Edit)(nil),
+		(*GroupChange_Dissolve_)(nil),
+	}
+	file_seqflow_im_v1_content_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_seqflow_im_v1_content_proto_rawDesc), len(file_seqflow_im_v1_content_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   5,
+			NumEnums:      4,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -54,9 +54,19 @@ const (
 	ErrorCode_ERROR_CODE_NOT_OWN_MESSAGE ErrorCode = 4005
 	// Edit or recall of a seq that is not a (known) message.
 	ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND ErrorCode = 4006
-	ErrorCode_ERROR_CODE_UNAVAILABLE       ErrorCode = 5001
-	ErrorCode_ERROR_CODE_TIMEOUT           ErrorCode = 5002
-	ErrorCode_ERROR_CODE_INTERNAL          ErrorCode = 5003
+	// A group operation the actor's role does not allow (group governance,
+	// decided by the sequencer in log order; docs/protocol.md, "Groups").
+	ErrorCode_ERROR_CODE_NOT_PERMITTED ErrorCode = 4007
+	// A send (or edit) from a member muted until a time, or from a plain
+	// member while the group is muted for everyone but its admins.
+	ErrorCode_ERROR_CODE_MUTED ErrorCode = 4008
+	// Any command to a group its owner dissolved.
+	ErrorCode_ERROR_CODE_GROUP_DISSOLVED ErrorCode = 4009
+	// A group at its member limit.
+	ErrorCode_ERROR_CODE_GROUP_FULL  ErrorCode = 4010
+	ErrorCode_ERROR_CODE_UNAVAILABLE ErrorCode = 5001
+	ErrorCode_ERROR_CODE_TIMEOUT     ErrorCode = 5002
+	ErrorCode_ERROR_CODE_INTERNAL    ErrorCode = 5003
 	// The gateway is draining; reconnect (to another instance).
 	ErrorCode_ERROR_CODE_SHUTTING_DOWN ErrorCode = 5004
 	ErrorCode_ERROR_CODE_UNDECODABLE   ErrorCode = 6001
@@ -86,6 +96,10 @@ var (
 		4004: "ERROR_CODE_SESSION_NOT_FOUND",
 		4005: "ERROR_CODE_NOT_OWN_MESSAGE",
 		4006: "ERROR_CODE_MESSAGE_NOT_FOUND",
+		4007: "ERROR_CODE_NOT_PERMITTED",
+		4008: "ERROR_CODE_MUTED",
+		4009: "ERROR_CODE_GROUP_DISSOLVED",
+		4010: "ERROR_CODE_GROUP_FULL",
 		5001: "ERROR_CODE_UNAVAILABLE",
 		5002: "ERROR_CODE_TIMEOUT",
 		5003: "ERROR_CODE_INTERNAL",
@@ -114,6 +128,10 @@ var (
 		"ERROR_CODE_SESSION_NOT_FOUND":  4004,
 		"ERROR_CODE_NOT_OWN_MESSAGE":    4005,
 		"ERROR_CODE_MESSAGE_NOT_FOUND":  4006,
+		"ERROR_CODE_NOT_PERMITTED":      4007,
+		"ERROR_CODE_MUTED":              4008,
+		"ERROR_CODE_GROUP_DISSOLVED":    4009,
+		"ERROR_CODE_GROUP_FULL":         4010,
 		"ERROR_CODE_UNAVAILABLE":        5001,
 		"ERROR_CODE_TIMEOUT":            5002,
 		"ERROR_CODE_INTERNAL":           5003,
@@ -154,7 +172,7 @@ var File_seqflow_im_v1_errors_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1aseqflow/im/v1/errors.proto\x12\rseqflow.im.v1*\xa6\x06\n" +
+	"\x1aseqflow/im/v1/errors.proto\x12\rseqflow.im.v1*\x99\a\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x14ERROR_CODE_BAD_FRAME\x10\xe9\a\x12\x1d\n" +
@@ -175,7 +193,11 @@ const file_seqflow_im_v1_errors_proto_rawDesc = "" +
 	"\x19ERROR_CODE_SESSION_EXISTS\x10\xa3\x1f\x12!\n" +
 	"\x1cERROR_CODE_SESSION_NOT_FOUND\x10\xa4\x1f\x12\x1f\n" +
 	"\x1aERROR_CODE_NOT_OWN_MESSAGE\x10\xa5\x1f\x12!\n" +
-	"\x1cERROR_CODE_MESSAGE_NOT_FOUND\x10\xa6\x1f\x12\x1b\n" +
+	"\x1cERROR_CODE_MESSAGE_NOT_FOUND\x10\xa6\x1f\x12\x1d\n" +
+	"\x18ERROR_CODE_NOT_PERMITTED\x10\xa7\x1f\x12\x15\n" +
+	"\x10ERROR_CODE_MUTED\x10\xa8\x1f\x12\x1f\n" +
+	"\x1aERROR_CODE_GROUP_DISSOLVED\x10\xa9\x1f\x12\x1a\n" +
+	"\x15ERROR_CODE_GROUP_FULL\x10\xaa\x1f\x12\x1b\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\x89'\x12\x17\n" +
 	"\x12ERROR_CODE_TIMEOUT\x10\x8a'\x12\x18\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x8b'\x12\x1d\n" +

@@ -107,6 +107,7 @@ type PushItem struct {
 	//	*PushItem_Duplicate
 	//	*PushItem_Ack
 	//	*PushItem_Ephemeral
+	//	*PushItem_Refusal
 	Item isPushItem_Item `protobuf_oneof:"item"`
 	// traceparent is the W3C trace context of the event's Kafka record (the
 	// gateway's send span), so the gateway's delivery span joins its trace.
@@ -196,6 +197,15 @@ func (x *PushItem) GetEphemeral() *Ephemeral {
 	return nil
 }
 
+func (x *PushItem) GetRefusal() *Refusal {
+	if x != nil {
+		if x, ok := x.Item.(*PushItem_Refusal); ok {
+			return x.Refusal
+		}
+	}
+	return nil
+}
+
 func (x *PushItem) GetTraceparent() string {
 	if x != nil {
 		return x.Traceparent
@@ -223,6 +233,10 @@ type PushItem_Ephemeral struct {
 	Ephemeral *Ephemeral `protobuf:"bytes,6,opt,name=ephemeral,proto3,oneof"`
 }
 
+type PushItem_Refusal struct {
+	Refusal *Refusal `protobuf:"bytes,7,opt,name=refusal,proto3,oneof"`
+}
+
 func (*PushItem_Event) isPushItem_Item() {}
 
 func (*PushItem_Duplicate) isPushItem_Item() {}
@@ -230,6 +244,8 @@ func (*PushItem_Duplicate) isPushItem_Item() {}
 func (*PushItem_Ack) isPushItem_Item() {}
 
 func (*PushItem_Ephemeral) isPushItem_Item() {}
+
+func (*PushItem_Refusal) isPushItem_Item() {}
 
 // Recipient is one connection of a user's device on the gateway.
 type Recipient struct {
@@ -698,7 +714,7 @@ const file_seqflow_im_v1_push_proto_rawDesc = "" +
 	"\x05items\x18\x02 \x03(\v2\x17.seqflow.im.v1.PushItemR\x05items\x12\x1c\n" +
 	"\n" +
 	"sent_ts_ms\x18\x03 \x01(\x03R\bsentTsMs\x12\x16\n" +
-	"\x06sender\x18\x04 \x01(\tR\x06sender\"\xc7\x02\n" +
+	"\x06sender\x18\x04 \x01(\tR\x06sender\"\xfb\x02\n" +
 	"\bPushItem\x128\n" +
 	"\n" +
 	"recipients\x18\x01 \x03(\v2\x18.seqflow.im.v1.RecipientR\n" +
@@ -706,7 +722,8 @@ const file_seqflow_im_v1_push_proto_rawDesc = "" +
 	"\x05event\x18\x02 \x01(\v2\x1d.seqflow.im.v1.SequencedEventH\x00R\x05event\x12;\n" +
 	"\tduplicate\x18\x03 \x01(\v2\x1b.seqflow.im.v1.DuplicateAckH\x00R\tduplicate\x12)\n" +
 	"\x03ack\x18\x05 \x01(\v2\x15.seqflow.im.v1.SeqAckH\x00R\x03ack\x128\n" +
-	"\tephemeral\x18\x06 \x01(\v2\x18.seqflow.im.v1.EphemeralH\x00R\tephemeral\x12 \n" +
+	"\tephemeral\x18\x06 \x01(\v2\x18.seqflow.im.v1.EphemeralH\x00R\tephemeral\x122\n" +
+	"\arefusal\x18\a \x01(\v2\x16.seqflow.im.v1.RefusalH\x00R\arefusal\x12 \n" +
 	"\vtraceparent\x18\x04 \x01(\tR\vtraceparentB\x06\n" +
 	"\x04item\"Z\n" +
 	"\tRecipient\x12\x17\n" +
@@ -768,22 +785,24 @@ var file_seqflow_im_v1_push_proto_goTypes = []any{
 	(*Typing)(nil),         // 7: seqflow.im.v1.Typing
 	(*SequencedEvent)(nil), // 8: seqflow.im.v1.SequencedEvent
 	(*DuplicateAck)(nil),   // 9: seqflow.im.v1.DuplicateAck
+	(*Refusal)(nil),        // 10: seqflow.im.v1.Refusal
 }
 var file_seqflow_im_v1_push_proto_depIdxs = []int32{
-	1, // 0: seqflow.im.v1.PushBatch.items:type_name -> seqflow.im.v1.PushItem
-	2, // 1: seqflow.im.v1.PushItem.recipients:type_name -> seqflow.im.v1.Recipient
-	8, // 2: seqflow.im.v1.PushItem.event:type_name -> seqflow.im.v1.SequencedEvent
-	9, // 3: seqflow.im.v1.PushItem.duplicate:type_name -> seqflow.im.v1.DuplicateAck
-	3, // 4: seqflow.im.v1.PushItem.ack:type_name -> seqflow.im.v1.SeqAck
-	4, // 5: seqflow.im.v1.PushItem.ephemeral:type_name -> seqflow.im.v1.Ephemeral
-	7, // 6: seqflow.im.v1.Ephemeral.typing:type_name -> seqflow.im.v1.Typing
-	5, // 7: seqflow.im.v1.Ephemeral.read:type_name -> seqflow.im.v1.Read
-	6, // 8: seqflow.im.v1.Ephemeral.delivered:type_name -> seqflow.im.v1.Delivered
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	1,  // 0: seqflow.im.v1.PushBatch.items:type_name -> seqflow.im.v1.PushItem
+	2,  // 1: seqflow.im.v1.PushItem.recipients:type_name -> seqflow.im.v1.Recipient
+	8,  // 2: seqflow.im.v1.PushItem.event:type_name -> seqflow.im.v1.SequencedEvent
+	9,  // 3: seqflow.im.v1.PushItem.duplicate:type_name -> seqflow.im.v1.DuplicateAck
+	3,  // 4: seqflow.im.v1.PushItem.ack:type_name -> seqflow.im.v1.SeqAck
+	4,  // 5: seqflow.im.v1.PushItem.ephemeral:type_name -> seqflow.im.v1.Ephemeral
+	10, // 6: seqflow.im.v1.PushItem.refusal:type_name -> seqflow.im.v1.Refusal
+	7,  // 7: seqflow.im.v1.Ephemeral.typing:type_name -> seqflow.im.v1.Typing
+	5,  // 8: seqflow.im.v1.Ephemeral.read:type_name -> seqflow.im.v1.Read
+	6,  // 9: seqflow.im.v1.Ephemeral.delivered:type_name -> seqflow.im.v1.Delivered
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_seqflow_im_v1_push_proto_init() }
@@ -797,6 +816,7 @@ func file_seqflow_im_v1_push_proto_init() {
 		(*PushItem_Duplicate)(nil),
 		(*PushItem_Ack)(nil),
 		(*PushItem_Ephemeral)(nil),
+		(*PushItem_Refusal)(nil),
 	}
 	file_seqflow_im_v1_push_proto_msgTypes[4].OneofWrappers = []any{
 		(*Ephemeral_Typing)(nil),

@@ -51,6 +51,7 @@ type SequencedEvent struct {
 	//	*SequencedEvent_Membership
 	//	*SequencedEvent_Edit
 	//	*SequencedEvent_Recall
+	//	*SequencedEvent_Group
 	Payload       isSequencedEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -215,6 +216,15 @@ func (x *SequencedEvent) GetRecall() *Recall {
 	return nil
 }
 
+func (x *SequencedEvent) GetGroup() *GroupChange {
+	if x != nil {
+		if x, ok := x.Payload.(*SequencedEvent_Group); ok {
+			return x.Group
+		}
+	}
+	return nil
+}
+
 type isSequencedEvent_Payload interface {
 	isSequencedEvent_Payload()
 }
@@ -239,6 +249,10 @@ type SequencedEvent_Recall struct {
 	Recall *Recall `protobuf:"bytes,24,opt,name=recall,proto3,oneof"`
 }
 
+type SequencedEvent_Group struct {
+	Group *GroupChange `protobuf:"bytes,25,opt,name=group,proto3,oneof"`
+}
+
 func (*SequencedEvent_Message) isSequencedEvent_Payload() {}
 
 func (*SequencedEvent_SessionCreate) isSequencedEvent_Payload() {}
@@ -248,6 +262,8 @@ func (*SequencedEvent_Membership) isSequencedEvent_Payload() {}
 func (*SequencedEvent_Edit) isSequencedEvent_Payload() {}
 
 func (*SequencedEvent_Recall) isSequencedEvent_Payload() {}
+
+func (*SequencedEvent_Group) isSequencedEvent_Payload() {}
 
 // DuplicateAck answers a retried uplink whose (session_id, client_msg_id)
 // already has a seq: it repeats that seq and msg_id so the sender's retried
@@ -364,11 +380,139 @@ func (x *DuplicateAck) GetServerTsMs() int64 {
 	return 0
 }
 
+// Refusal answers an uplink the sequencer refused by the rules of its
+// session (group governance: a send from a muted or removed member, an
+// operation the actor's role does not allow, a dissolved group). Topic
+// im.duplicates.v1 (header seqflow-event-type "refusal"), key =
+// session_id, written in the transaction that consumed the uplink, so the
+// refusal is as durable as a seq would have been; nothing of the command
+// enters im.sequenced.v1. A retry of a refused client_msg_id is decided
+// again (the state may have changed).
+type Refusal struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SessionId      string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ClientMsgId    string                 `protobuf:"bytes,2,opt,name=client_msg_id,json=clientMsgId,proto3" json:"client_msg_id,omitempty"`
+	SenderUserId   string                 `protobuf:"bytes,3,opt,name=sender_user_id,json=senderUserId,proto3" json:"sender_user_id,omitempty"`
+	SenderDeviceId string                 `protobuf:"bytes,4,opt,name=sender_device_id,json=senderDeviceId,proto3" json:"sender_device_id,omitempty"`
+	GatewayId      string                 `protobuf:"bytes,5,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
+	Code           ErrorCode              `protobuf:"varint,6,opt,name=code,proto3,enum=seqflow.im.v1.ErrorCode" json:"code,omitempty"`
+	// reason says, for a person, why (which rule, which user).
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// server_ts_ms is when the sequencer decided.
+	ServerTsMs int64 `protobuf:"varint,8,opt,name=server_ts_ms,json=serverTsMs,proto3" json:"server_ts_ms,omitempty"`
+	// uplink_partition and uplink_offset locate the refused uplink: the
+	// gateway answers that command only.
+	UplinkPartition int32 `protobuf:"varint,9,opt,name=uplink_partition,json=uplinkPartition,proto3" json:"uplink_partition,omitempty"`
+	UplinkOffset    int64 `protobuf:"varint,10,opt,name=uplink_offset,json=uplinkOffset,proto3" json:"uplink_offset,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Refusal) Reset() {
+	*x = Refusal{}
+	mi := &file_seqflow_im_v1_sequenced_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refusal) ProtoMessage() {}
+
+func (x *Refusal) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_sequenced_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
+func (*Refusal) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_sequenced_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Refusal) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Refusal) GetClientMsgId() string {
+	if x != nil {
+		return x.ClientMsgId
+	}
+	return ""
+}
+
+func (x *Refusal) GetSenderUserId() string {
+	if x != nil {
+		return x.SenderUserId
+	}
+	return ""
+}
+
+func (x *Refusal) GetSenderDeviceId() string {
+	if x != nil {
+		return x.SenderDeviceId
+	}
+	return ""
+}
+
+func (x *Refusal) GetGatewayId() string {
+	if x != nil {
+		return x.GatewayId
+	}
+	return ""
+}
+
+func (x *Refusal) GetCode() ErrorCode {
+	if x != nil {
+		return x.Code
+	}
+	return ErrorCode_ERROR_CODE_UNSPECIFIED
+}
+
+func (x *Refusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Refusal) GetServerTsMs() int64 {
+	if x != nil {
+		return x.ServerTsMs
+	}
+	return 0
+}
+
+func (x *Refusal) GetUplinkPartition() int32 {
+	if x != nil {
+		return x.UplinkPartition
+	}
+	return 0
+}
+
+func (x *Refusal) GetUplinkOffset() int64 {
+	if x != nil {
+		return x.UplinkOffset
+	}
+	return 0
+}
+
 var File_seqflow_im_v1_sequenced_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_sequenced_proto_rawDesc = "" +
 	"\n" +
-	"\x1dseqflow/im/v1/sequenced.proto\x12\rseqflow.im.v1\x1a\x1bseqflow/im/v1/content.proto\"\xad\x05\n" +
+	"\x1dseqflow/im/v1/sequenced.proto\x12\rseqflow.im.v1\x1a\x1bseqflow/im/v1/content.proto\x1a\x1aseqflow/im/v1/errors.proto\"\xe1\x05\n" +
 	"\x0eSequencedEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -391,7 +535,8 @@ const file_seqflow_im_v1_sequenced_proto_rawDesc = "" +
 	"membership\x18\x16 \x01(\v2\x1f.seqflow.im.v1.MembershipChangeH\x00R\n" +
 	"membership\x12)\n" +
 	"\x04edit\x18\x17 \x01(\v2\x13.seqflow.im.v1.EditH\x00R\x04edit\x12/\n" +
-	"\x06recall\x18\x18 \x01(\v2\x15.seqflow.im.v1.RecallH\x00R\x06recallB\t\n" +
+	"\x06recall\x18\x18 \x01(\v2\x15.seqflow.im.v1.RecallH\x00R\x06recall\x122\n" +
+	"\x05group\x18\x19 \x01(\v2\x1a.seqflow.im.v1.GroupChangeH\x00R\x05groupB\t\n" +
 	"\apayload\"\xbe\x02\n" +
 	"\fDuplicateAck\x12\x1d\n" +
 	"\n" +
@@ -405,7 +550,22 @@ const file_seqflow_im_v1_sequenced_proto_rawDesc = "" +
 	"gateway_id\x18\a \x01(\tR\tgatewayId\x121\n" +
 	"\x15original_server_ts_ms\x18\b \x01(\x03R\x12originalServerTsMs\x12 \n" +
 	"\fserver_ts_ms\x18\t \x01(\x03R\n" +
-	"serverTsMsB.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
+	"serverTsMs\"\xf3\x02\n" +
+	"\aRefusal\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
+	"\rclient_msg_id\x18\x02 \x01(\tR\vclientMsgId\x12$\n" +
+	"\x0esender_user_id\x18\x03 \x01(\tR\fsenderUserId\x12(\n" +
+	"\x10sender_device_id\x18\x04 \x01(\tR\x0esenderDeviceId\x12\x1d\n" +
+	"\n" +
+	"gateway_id\x18\x05 \x01(\tR\tgatewayId\x12,\n" +
+	"\x04code\x18\x06 \x01(\x0e2\x18.seqflow.im.v1.ErrorCodeR\x04code\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12 \n" +
+	"\fserver_ts_ms\x18\b \x01(\x03R\n" +
+	"serverTsMs\x12)\n" +
+	"\x10uplink_partition\x18\t \x01(\x05R\x0fuplinkPartition\x12#\n" +
+	"\ruplink_offset\x18\n" +
+	" \x01(\x03R\fuplinkOffsetB.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
 
 var (
 	file_seqflow_im_v1_sequenced_proto_rawDescOnce sync.Once
@@ -419,27 +579,32 @@ func file_seqflow_im_v1_sequenced_proto_rawDescGZIP() []byte {
 	return file_seqflow_im_v1_sequenced_proto_rawDescData
 }
 
-var file_seqflow_im_v1_sequenced_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_seqflow_im_v1_sequenced_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_seqflow_im_v1_sequenced_proto_goTypes = []any{
 	(*SequencedEvent)(nil),   // 0: seqflow.im.v1.SequencedEvent
 	(*DuplicateAck)(nil),     // 1: seqflow.im.v1.DuplicateAck
-	(*MessageContent)(nil),   // 2: seqflow.im.v1.MessageContent
-	(*SessionCreate)(nil),    // 3: seqflow.im.v1.SessionCreate
-	(*MembershipChange)(nil), // 4: seqflow.im.v1.MembershipChange
-	(*Edit)(nil),             // 5: seqflow.im.v1.Edit
-	(*Recall)(nil),           // 6: seqflow.im.v1.Recall
+	(*Refusal)(nil),          // 2: seqflow.im.v1.Refusal
+	(*MessageContent)(nil),   // 3: seqflow.im.v1.MessageContent
+	(*SessionCreate)(nil),    // 4: seqflow.im.v1.SessionCreate
+	(*MembershipChange)(nil), // 5: seqflow.im.v1.MembershipChange
+	(*Edit)(nil),             // 6: seqflow.im.v1.Edit
+	(*Recall)(nil),           // 7: seqflow.im.v1.Recall
+	(*GroupChange)(nil),      // 8: seqflow.im.v1.GroupChange
+	(ErrorCode)(0),           // 9: seqflow.im.v1.ErrorCode
 }
 var file_seqflow_im_v1_sequenced_proto_depIdxs = []int32{
-	2, // 0: seqflow.im.v1.SequencedEvent.message:type_name -> seqflow.im.v1.MessageContent
-	3, // 1: seqflow.im.v1.SequencedEvent.session_create:type_name -> seqflow.im.v1.SessionCreate
-	4, // 2: seqflow.im.v1.SequencedEvent.membership:type_name -> seqflow.im.v1.MembershipChange
-	5, // 3: seqflow.im.v1.SequencedEvent.edit:type_name -> seqflow.im.v1.Edit
-	6, // 4: seqflow.im.v1.SequencedEvent.recall:type_name -> seqflow.im.v1.Recall
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	3, // 0: seqflow.im.v1.SequencedEvent.message:type_name -> seqflow.im.v1.MessageContent
+	4, // 1: seqflow.im.v1.SequencedEvent.session_create:type_name -> seqflow.im.v1.SessionCreate
+	5, // 2: seqflow.im.v1.SequencedEvent.membership:type_name -> seqflow.im.v1.MembershipChange
+	6, // 3: seqflow.im.v1.SequencedEvent.edit:type_name -> seqflow.im.v1.Edit
+	7, // 4: seqflow.im.v1.SequencedEvent.recall:type_name -> seqflow.im.v1.Recall
+	8, // 5: seqflow.im.v1.SequencedEvent.group:type_name -> seqflow.im.v1.GroupChange
+	9, // 6: seqflow.im.v1.Refusal.code:type_name -> seqflow.im.v1.ErrorCode
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_seqflow_im_v1_sequenced_proto_init() }
@@ -448,12 +613,14 @@ func file_seqflow_im_v1_sequenced_proto_init() {
 		return
 	}
 	file_seqflow_im_v1_content_proto_init()
+	file_seqflow_im_v1_errors_proto_init()
 	file_seqflow_im_v1_sequenced_proto_msgTypes[0].OneofWrappers = []any{
 		(*SequencedEvent_Message)(nil),
 		(*SequencedEvent_SessionCreate)(nil),
 		(*SequencedEvent_Membership)(nil),
 		(*SequencedEvent_Edit)(nil),
 		(*SequencedEvent_Recall)(nil),
+		(*SequencedEvent_Group)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -461,7 +628,7 @@ func file_seqflow_im_v1_sequenced_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_seqflow_im_v1_sequenced_proto_rawDesc), len(file_seqflow_im_v1_sequenced_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

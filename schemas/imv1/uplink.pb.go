@@ -50,6 +50,7 @@ type Uplink struct {
 	//	*Uplink_Membership
 	//	*Uplink_Edit
 	//	*Uplink_Recall
+	//	*Uplink_Group
 	Command       isUplink_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -186,6 +187,15 @@ func (x *Uplink) GetRecall() *Recall {
 	return nil
 }
 
+func (x *Uplink) GetGroup() *GroupChange {
+	if x != nil {
+		if x, ok := x.Command.(*Uplink_Group); ok {
+			return x.Group
+		}
+	}
+	return nil
+}
+
 type isUplink_Command interface {
 	isUplink_Command()
 }
@@ -210,6 +220,10 @@ type Uplink_Recall struct {
 	Recall *Recall `protobuf:"bytes,14,opt,name=recall,proto3,oneof"`
 }
 
+type Uplink_Group struct {
+	Group *GroupChange `protobuf:"bytes,15,opt,name=group,proto3,oneof"`
+}
+
 func (*Uplink_Message) isUplink_Command() {}
 
 func (*Uplink_SessionCreate) isUplink_Command() {}
@@ -220,11 +234,13 @@ func (*Uplink_Edit) isUplink_Command() {}
 
 func (*Uplink_Recall) isUplink_Command() {}
 
+func (*Uplink_Group) isUplink_Command() {}
+
 var File_seqflow_im_v1_uplink_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_uplink_proto_rawDesc = "" +
 	"\n" +
-	"\x1aseqflow/im/v1/uplink.proto\x12\rseqflow.im.v1\x1a\x1bseqflow/im/v1/content.proto\"\xac\x04\n" +
+	"\x1aseqflow/im/v1/uplink.proto\x12\rseqflow.im.v1\x1a\x1bseqflow/im/v1/content.proto\"\xe0\x04\n" +
 	"\x06Uplink\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -243,7 +259,8 @@ const file_seqflow_im_v1_uplink_proto_rawDesc = "" +
 	"membership\x18\f \x01(\v2\x1f.seqflow.im.v1.MembershipChangeH\x00R\n" +
 	"membership\x12)\n" +
 	"\x04edit\x18\r \x01(\v2\x13.seqflow.im.v1.EditH\x00R\x04edit\x12/\n" +
-	"\x06recall\x18\x0e \x01(\v2\x15.seqflow.im.v1.RecallH\x00R\x06recallB\t\n" +
+	"\x06recall\x18\x0e \x01(\v2\x15.seqflow.im.v1.RecallH\x00R\x06recall\x122\n" +
+	"\x05group\x18\x0f \x01(\v2\x1a.seqflow.im.v1.GroupChangeH\x00R\x05groupB\t\n" +
 	"\acommandB.Z,github.com/seqflow/seqflow/schemas/imv1;imv1b\x06proto3"
 
 var (
@@ -266,6 +283,7 @@ var file_seqflow_im_v1_uplink_proto_goTypes = []any{
 	(*MembershipChange)(nil), // 3: seqflow.im.v1.MembershipChange
 	(*Edit)(nil),             // 4: seqflow.im.v1.Edit
 	(*Recall)(nil),           // 5: seqflow.im.v1.Recall
+	(*GroupChange)(nil),      // 6: seqflow.im.v1.GroupChange
 }
 var file_seqflow_im_v1_uplink_proto_depIdxs = []int32{
 	1, // 0: seqflow.im.v1.Uplink.message:type_name -> seqflow.im.v1.MessageContent
@@ -273,11 +291,12 @@ var file_seqflow_im_v1_uplink_proto_depIdxs = []int32{
 	3, // 2: seqflow.im.v1.Uplink.membership:type_name -> seqflow.im.v1.MembershipChange
 	4, // 3: seqflow.im.v1.Uplink.edit:type_name -> seqflow.im.v1.Edit
 	5, // 4: seqflow.im.v1.Uplink.recall:type_name -> seqflow.im.v1.Recall
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6, // 5: seqflow.im.v1.Uplink.group:type_name -> seqflow.im.v1.GroupChange
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_seqflow_im_v1_uplink_proto_init() }
@@ -292,6 +311,7 @@ func file_seqflow_im_v1_uplink_proto_init() {
 		(*Uplink_Membership)(nil),
 		(*Uplink_Edit)(nil),
 		(*Uplink_Recall)(nil),
+		(*Uplink_Group)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
