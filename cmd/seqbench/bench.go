@@ -21,6 +21,9 @@ type Bench struct {
 	log    *slog.Logger
 	logDir string
 	built  bool // the service binaries of this run are built
+
+	cliBuilt bool          // .data/bin/cmd-seqflow of this run is built
+	seqLog   *sequencedLog // the log the replay phases read, once filled
 }
 
 // New returns a Bench for cfg.
@@ -40,7 +43,9 @@ func (b *Bench) Run(ctx context.Context) error {
 	phases := map[string]func(context.Context, *Results) error{
 		"sequencer": b.sequencer, "alloc": b.alloc, "persister": b.persister,
 		"e2e": b.e2e, "idle": b.idle, "fanout": b.fanout,
+		"replay": b.replay, "replay_live": b.replayLive,
 	}
+	defer b.dropLog()
 	for _, name := range Phases {
 		if !b.cfg.runs(name) || ctx.Err() != nil {
 			continue

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/replay"
 )
 
 // Phases are the benchmark phases in the order they run.
-var Phases = []string{"sequencer", "alloc", "persister", "e2e", "idle", "fanout"}
+var Phases = []string{"sequencer", "alloc", "persister", "e2e", "idle", "fanout", "replay", "replay_live"}
 
 // Config is the benchmark run, from environment variables.
 type Config struct {
@@ -25,7 +26,8 @@ type Config struct {
 	// RedisAddr: SEQFLOW_REDIS_ADDR, required.
 	RedisAddr string
 	// Phases: SEQBENCH_PHASES, a comma-separated subset of
-	// sequencer,alloc,persister,e2e,idle,fanout; default all. Phases not
+	// sequencer,alloc,persister,e2e,idle,fanout,replay,replay_live;
+	// default all. Phases not
 	// run leave their keys out of the report (and the doc says "not run").
 	Phases []string
 	// Partitions: SEQBENCH_PARTITIONS, partitions per topic of the
@@ -89,6 +91,21 @@ type Config struct {
 	// SequencerRecords: SEQBENCH_SEQUENCER_RECORDS, uplinks per sequencer
 	// benchmark run (SEQFLOW_BENCH_RECORDS of ./sequencer), default 200000.
 	SequencerRecords int
+	// ReplayEvents: SEQBENCH_REPLAY_EVENTS, the events of the sequenced
+	// log the replay and replay_live phases read, default 1,000,000
+	// (filled once a run, by the sequencer service). replay_live needs
+	// enough of them for a replay at ReplayLiveRate to outlast a paced run.
+	ReplayEvents int
+	// ReplayRuns: SEQBENCH_REPLAY_RUNS, how many times the replay phase
+	// copies and exports the whole log, default 3; its keys are medians.
+	ReplayRuns int
+	// ReplayLivePairs: SEQBENCH_REPLAY_LIVE_PAIRS, pairs of paced runs
+	// (one with a replay copying, one without) of replay_live, default 3.
+	ReplayLivePairs int
+	// ReplayLiveRate: SEQBENCH_REPLAY_LIVE_RATE, the -rate of the replay
+	// during replay_live's runs, default replay.DefaultRate (the
+	// command's default); 0: uncapped.
+	ReplayLiveRate float64
 	// Doc: SEQBENCH_DOC, the doc whose generated section is rewritten,
 	// default docs/benchmarks.md; empty: no doc.
 	Doc string
@@ -132,6 +149,10 @@ func LoadConfig(e *config.Env) (Config, error) {
 		FanoutMessages:    e.Int("SEQBENCH_FANOUT_MESSAGES", 20, 1, 10_000),
 		PhaseTimeout:      e.Duration("SEQBENCH_PHASE_TIMEOUT", 4*time.Minute, 10*time.Second, time.Hour),
 		SequencerRecords:  e.Int("SEQBENCH_SEQUENCER_RECORDS", 200_000, 1000, 10_000_000),
+		ReplayEvents:      e.Int("SEQBENCH_REPLAY_EVENTS", 1_000_000, 1000, 50_000_000),
+		ReplayRuns:        e.Int("SEQBENCH_REPLAY_RUNS", 3, 1, 20),
+		ReplayLivePairs:   e.Int("SEQBENCH_REPLAY_LIVE_PAIRS", 3, 1, 20),
+		ReplayLiveRate:    float64(e.Int("SEQBENCH_REPLAY_LIVE_RATE", replay.DefaultRate, 0, 10_000_000)),
 		Doc:               e.Optional("SEQBENCH_DOC", "docs/benchmarks.md"),
 		JSON:              e.String("SEQBENCH_JSON", ".data/reports/bench.json"),
 		CPUProfile:        e.String("SEQBENCH_CPUPROFILE", ""),

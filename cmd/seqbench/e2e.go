@@ -32,11 +32,7 @@ func (b *Bench) e2e(ctx context.Context, r *Results) error {
 	}
 	defer stopProfile()
 	users := b.cfg.E2EUsers
-	base := load.Options{
-		Gateways: []string{"ws://" + b.gatewayAddr()}, Secret: benchSecret,
-		Users: users, Sessions: users / 2, GroupShare: -1, BodyBytes: 200,
-		Duration: b.cfg.E2EDuration, Drain: 15 * time.Second, DeliveredInterval: b.cfg.DeliveredInterval,
-	}
+	base := b.loadOptions()
 	src := fmt.Sprintf("go tool task bench (cmd/seqbench e2e: client/load, %d users, %d direct sessions, 200-byte bodies, %s",
 		users, users/2, b.cfg.E2EDuration)
 	var rows []string
@@ -179,6 +175,17 @@ engineers' work on the shared machine):
 `, b.cfg.Partitions, users, users/2, b.cfg.E2EDuration, warmupNote(b.cfg.E2EWarmup, b.cfg.FixedRate), joinLines(rows), strings.Join(timeNotes, "\n"), b.cfg.FixedRate, stageTable(stageRs)+"\n"+strings.Join(counts, "; ")+"\n", strings.Join(cpuNotes, "\n")))
 	}
 	return errors.Join(append(errs, s.exited())...)
+}
+
+// loadOptions is the e2e load against the bench's gateway: E2EUsers
+// users over half as many direct sessions, 200-byte bodies, E2EDuration
+// of sending and up to 15 s of drain; the caller sets the rate.
+func (b *Bench) loadOptions() load.Options {
+	return load.Options{
+		Gateways: []string{"ws://" + b.gatewayAddr()}, Secret: benchSecret,
+		Users: b.cfg.E2EUsers, Sessions: b.cfg.E2EUsers / 2, GroupShare: -1, BodyBytes: 200,
+		Duration: b.cfg.E2EDuration, Drain: 15 * time.Second, DeliveredInterval: b.cfg.DeliveredInterval,
+	}
 }
 
 // runLoad runs load.Run, up to twice more when it fails before sending

@@ -90,6 +90,11 @@ var Targets = []Target{
 	{"idle_conns", "≥ 20,000", atLeast(20_000)},
 	{"gateway_rss_bytes_per_conn", "≤ 50 KiB (51,200 B)", atMost(50 << 10)},
 	{"fanout_10k_deliver_p99_ms", "≤ 100 ms", atMost(100)},
+	// Issue 28's: the log's other readers, and what a replay costs the
+	// live pipeline.
+	{"replay_topic_events_per_s", "≥ 100,000 events/s", atLeast(100_000)},
+	{"export_events_per_s", "≥ 100,000 events/s", atLeast(100_000)},
+	{"e2e_ack_p99_replay_ratio", "≤ 1.2 (ACK p99 during a replay within 20 % of without)", atMost(1.2)},
 }
 
 // Verdict is one target row: met is "yes", "no", "—" (no goal) or "not

@@ -134,13 +134,18 @@ func (s *services) exited() error {
 	return errors.Join(errs...)
 }
 
-// stop ends the services in reverse start order: SIGTERM, then SIGKILL
-// after 15 s.
+// stop ends the services (stopProcs) and deletes their topics.
 func (s *services) stop() {
+	s.stopProcs()
+	s.b.deleteTopics(s.prefix)
+}
+
+// stopProcs ends the services in reverse start order: SIGTERM, then
+// SIGKILL after 15 s.
+func (s *services) stopProcs() {
 	for i := len(s.procs) - 1; i >= 0; i-- {
 		s.procs[i].Stop(15 * time.Second)
 	}
-	s.b.deleteTopics(s.prefix)
 }
 
 // deleteTopics removes the prefix's topics, so bench runs do not pile up
