@@ -99,9 +99,13 @@ type Config struct {
 	// ReplayRuns: SEQBENCH_REPLAY_RUNS, how many times the replay phase
 	// copies and exports the whole log, default 3; its keys are medians.
 	ReplayRuns int
-	// ReplayLivePairs: SEQBENCH_REPLAY_LIVE_PAIRS, pairs of paced runs
-	// (one with a replay copying, one without) of replay_live, default 3.
-	ReplayLivePairs int
+	// ReplayLiveRuns: SEQBENCH_REPLAY_LIVE_RUNS, the paced runs of
+	// replay_live, default 3, each with a replay copying and pausing in
+	// turns.
+	ReplayLiveRuns int
+	// ReplayLiveDuration: SEQBENCH_REPLAY_LIVE_DURATION, the send phase of
+	// each of them, default 40s.
+	ReplayLiveDuration time.Duration
 	// ReplayLiveRate: SEQBENCH_REPLAY_LIVE_RATE, the -rate of the replay
 	// during replay_live's runs, default replay.DefaultRate (the
 	// command's default); 0: uncapped.
@@ -127,36 +131,37 @@ type Config struct {
 // LoadConfig reads Config from e and validates it.
 func LoadConfig(e *config.Env) (Config, error) {
 	c := Config{
-		Root:              e.String("SEQBENCH_ROOT", "."),
-		Brokers:           e.List("SEQFLOW_KAFKA_BROKERS", nil),
-		PGURL:             e.Required("SEQFLOW_PG_URL"),
-		RedisAddr:         e.Required("SEQFLOW_REDIS_ADDR"),
-		Phases:            e.List("SEQBENCH_PHASES", Phases),
-		Partitions:        e.Int("SEQBENCH_PARTITIONS", 8, 1, 256),
-		PortBase:          e.Int("SEQBENCH_PORT_BASE", 18400, 1024, 65000),
-		E2EDuration:       e.Duration("SEQBENCH_E2E_DURATION", 15*time.Second, time.Second, 5*time.Minute),
-		E2EUsers:          e.Int("SEQBENCH_E2E_USERS", 200, 2, 100_000),
-		E2EMax:            e.Bool("SEQBENCH_E2E_MAX", true),
-		E2EWarmup:         e.Duration("SEQBENCH_E2E_WARMUP", 20*time.Second, 0, 10*time.Minute),
-		WatchCommitted:    e.Bool("SEQBENCH_WATCH_COMMITTED", false),
-		PacedRuns:         e.Int("SEQBENCH_E2E_PACED_RUNS", 3, 1, 20),
-		E2EInFlight:       e.Int("SEQBENCH_E2E_IN_FLIGHT", 32, 1, 64),
-		DeliveredInterval: e.Duration("SEQBENCH_DELIVERED_INTERVAL", 0, 0, time.Minute),
-		FixedRate:         e.Int("SEQBENCH_FIXED_RATE", 2000, 1, 1_000_000),
-		IdleConns:         e.Int("SEQBENCH_IDLE_CONNS", 20_000, 1, 200_000),
-		FanoutMembers:     e.Int("SEQBENCH_FANOUT_MEMBERS", 10_000, 2, 100_000),
-		FanoutOnline:      e.Int("SEQBENCH_FANOUT_ONLINE", 1_000, 1, 20_000),
-		FanoutMessages:    e.Int("SEQBENCH_FANOUT_MESSAGES", 20, 1, 10_000),
-		PhaseTimeout:      e.Duration("SEQBENCH_PHASE_TIMEOUT", 4*time.Minute, 10*time.Second, time.Hour),
-		SequencerRecords:  e.Int("SEQBENCH_SEQUENCER_RECORDS", 200_000, 1000, 10_000_000),
-		ReplayEvents:      e.Int("SEQBENCH_REPLAY_EVENTS", 1_000_000, 1000, 50_000_000),
-		ReplayRuns:        e.Int("SEQBENCH_REPLAY_RUNS", 3, 1, 20),
-		ReplayLivePairs:   e.Int("SEQBENCH_REPLAY_LIVE_PAIRS", 3, 1, 20),
-		ReplayLiveRate:    float64(e.Int("SEQBENCH_REPLAY_LIVE_RATE", replay.DefaultRate, 0, 10_000_000)),
-		Doc:               e.Optional("SEQBENCH_DOC", "docs/benchmarks.md"),
-		JSON:              e.String("SEQBENCH_JSON", ".data/reports/bench.json"),
-		CPUProfile:        e.String("SEQBENCH_CPUPROFILE", ""),
-		ServiceEnv:        strings.Fields(e.String("SEQBENCH_SERVICE_ENV", "")),
+		Root:               e.String("SEQBENCH_ROOT", "."),
+		Brokers:            e.List("SEQFLOW_KAFKA_BROKERS", nil),
+		PGURL:              e.Required("SEQFLOW_PG_URL"),
+		RedisAddr:          e.Required("SEQFLOW_REDIS_ADDR"),
+		Phases:             e.List("SEQBENCH_PHASES", Phases),
+		Partitions:         e.Int("SEQBENCH_PARTITIONS", 8, 1, 256),
+		PortBase:           e.Int("SEQBENCH_PORT_BASE", 18400, 1024, 65000),
+		E2EDuration:        e.Duration("SEQBENCH_E2E_DURATION", 15*time.Second, time.Second, 5*time.Minute),
+		E2EUsers:           e.Int("SEQBENCH_E2E_USERS", 200, 2, 100_000),
+		E2EMax:             e.Bool("SEQBENCH_E2E_MAX", true),
+		E2EWarmup:          e.Duration("SEQBENCH_E2E_WARMUP", 20*time.Second, 0, 10*time.Minute),
+		WatchCommitted:     e.Bool("SEQBENCH_WATCH_COMMITTED", false),
+		PacedRuns:          e.Int("SEQBENCH_E2E_PACED_RUNS", 3, 1, 20),
+		E2EInFlight:        e.Int("SEQBENCH_E2E_IN_FLIGHT", 32, 1, 64),
+		DeliveredInterval:  e.Duration("SEQBENCH_DELIVERED_INTERVAL", 0, 0, time.Minute),
+		FixedRate:          e.Int("SEQBENCH_FIXED_RATE", 2000, 1, 1_000_000),
+		IdleConns:          e.Int("SEQBENCH_IDLE_CONNS", 20_000, 1, 200_000),
+		FanoutMembers:      e.Int("SEQBENCH_FANOUT_MEMBERS", 10_000, 2, 100_000),
+		FanoutOnline:       e.Int("SEQBENCH_FANOUT_ONLINE", 1_000, 1, 20_000),
+		FanoutMessages:     e.Int("SEQBENCH_FANOUT_MESSAGES", 20, 1, 10_000),
+		PhaseTimeout:       e.Duration("SEQBENCH_PHASE_TIMEOUT", 4*time.Minute, 10*time.Second, time.Hour),
+		SequencerRecords:   e.Int("SEQBENCH_SEQUENCER_RECORDS", 200_000, 1000, 10_000_000),
+		ReplayEvents:       e.Int("SEQBENCH_REPLAY_EVENTS", 1_000_000, 1000, 50_000_000),
+		ReplayRuns:         e.Int("SEQBENCH_REPLAY_RUNS", 3, 1, 20),
+		ReplayLiveRuns:     e.Int("SEQBENCH_REPLAY_LIVE_RUNS", 3, 1, 20),
+		ReplayLiveDuration: e.Duration("SEQBENCH_REPLAY_LIVE_DURATION", 40*time.Second, 10*time.Second, 10*time.Minute),
+		ReplayLiveRate:     float64(e.Int("SEQBENCH_REPLAY_LIVE_RATE", replay.DefaultRate, 0, 10_000_000)),
+		Doc:                e.Optional("SEQBENCH_DOC", "docs/benchmarks.md"),
+		JSON:               e.String("SEQBENCH_JSON", ".data/reports/bench.json"),
+		CPUProfile:         e.String("SEQBENCH_CPUPROFILE", ""),
+		ServiceEnv:         strings.Fields(e.String("SEQBENCH_SERVICE_ENV", "")),
 	}
 	errs := []error{e.Err()}
 	for _, kv := range c.ServiceEnv {

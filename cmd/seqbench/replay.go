@@ -19,7 +19,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/seqflow/seqflow/client/load"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/testkit/proc"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -207,8 +206,6 @@ var (
 	replayDoneRE = regexp.MustCompile(`complete: (\d+) events in \d+ partitions .* this run copied (\d+) in \S+ \((\d+) events/s\)`)
 	// exportDoneRE is `seqflow export`'s last line.
 	exportDoneRE = regexp.MustCompile(`exported (\d+) events in (\d+) files \((\d+) events/s while reading\)`)
-	// replayProgressRE is a progress line of the replayer.
-	replayProgressRE = regexp.MustCompile(`\((\d+) this run, (\d+) events/s\)`)
 )
 
 // copyRun is one timed run of a command over the whole log.
@@ -370,175 +367,6 @@ func median[T any](xs []T, f func(T) float64) float64 {
 		return (v[n/2-1] + v[n/2]) / 2
 	}
 	return v[len(v)/2]
-}
-
-// liveRun is one paced run of the replay_live phase.
-type liveRun struct {
-	replay    bool
-	ack50     float64
-	ack99     float64
-	del99     float64
-	rate      float64
-	kafkaCPU  float64 // broker CPU seconds over the run (setup, send, drain)
-	window    float64 // seconds the CPU figures cover
-	copied    int64   // events the replayer copied by the end of the run
-	copyRate  float64 // its last progress line's rate
-	replayErr string
-}
-
-// replayLive measures the live pipeline's ACK latency with and without a
-// replay copying from the filled log at the command's default rate: the
-// four services on a prefix of their own (as in e2e), warmed up, then
-// SEQBENCH_REPLAY_LIVE_PAIRS pairs of runs paced at the fixed rate, one
-// without a replay and one with `seqflow replay-topic create` running
-// from before the run's setup to after its drain, the order alternating
-// from pair to pair. The replay reads the filled log, not the live
-// topic: for the broker, the disk and the CPUs that is the same work (a
-// replay of the live topic reads its older segments, not the tail the
-// services read), and the live consumers do not have to read a million
-// events of history first.
-func (b *Bench) replayLive(ctx context.Context, r *Results) error {
-	if err := b.buildCLI(ctx); err != nil {
-		return err
-	}
-	lg, err := b.filledLog(ctx)
-	if err != nil {
-		return err
-	}
-	s, err := b.startServices(ctx, "replay_live", nil, serviceOrder...)
-	if err != nil {
-		return err
-	}
-	defer s.stop()
-	named := map[int]string{os.Getpid(): "seqbench"}
-	for _, p := range s.procs {
-		named[p.Pid()] = p.Name
-	}
-	base := b.loadOptions()
-	base.Rate = float64(b.cfg.FixedRate)
-	if b.cfg.E2EWarmup > 0 {
-		warm := base
-		warm.Duration, warm.Drain = b.cfg.E2EWarmup, 5*time.Second
-		if _, err := runLoad(ctx, warm); err != nil {
-			return fmt.Errorf("warm-up run: %w", err)
-		}
-	}
-	var runs []liveRun
-	var errs []error
-	for i := range 2 * b.cfg.ReplayLivePairs {
-		withReplay := (i%2 == 0) == (i/2%2 == 1) // pairs alternate: without, with; with, without; ...
-		run, err := b.liveRun(ctx, lg, named, base, withReplay, i+1)
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			runs = append(runs, run)
-		}
-		if err := s.exited(); err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	var with, without []liveRun
-	var rows []string
-	for i, run := range runs {
-		if run.replay {
-			with = append(with, run)
-		} else {
-			without = append(without, run)
-		}
-		rows = append(rows, liveRow(i+1, run))
-	}
-	if len(with) == 0 || len(without) == 0 {
-		return errors.Join(append(errs, errors.New("no paced run on one side"))...)
-	}
-	src := fmt.Sprintf("go tool task bench (cmd/seqbench replay_live: client/load as in e2e, paced at %d msg/s, %s a run; %d runs without and %d with `seqflow replay-topic create NAME -rate %g` copying a sequenced log of %d events meanwhile, alternating; medians)",
-		b.cfg.FixedRate, b.cfg.E2EDuration, len(without), len(with), b.cfg.ReplayLiveRate, lg.events)
-	ackWith, ackWithout := median(with, func(l liveRun) float64 { return l.ack99 }), median(without, func(l liveRun) float64 { return l.ack99 })
-	r.set("e2e_ack_p99_ms_during_replay", ackWith, src)
-	r.set("e2e_ack_p99_ms_without_replay", ackWithout, src)
-	r.set("e2e_ack_p99_replay_ratio", ackWith/ackWithout, src)
-	r.set("e2e_ack_p50_ms_during_replay", median(with, func(l liveRun) float64 { return l.ack50 }), src)
-	r.set("e2e_ack_p50_ms_without_replay", median(without, func(l liveRun) float64 { return l.ack50 }), src)
-	r.set("e2e_deliver_p99_ms_during_replay", median(with, func(l liveRun) float64 { return l.del99 }), src)
-	r.set("e2e_deliver_p99_ms_without_replay", median(without, func(l liveRun) float64 { return l.del99 }), src)
-	r.set("replay_live_copy_events_per_s", median(with, func(l liveRun) float64 { return l.copyRate }), src+": the replayer's last progress line")
-	r.Details = append(r.Details, fmt.Sprintf(`### Live ACK latency during a replay-topic copy
-
-The four services as processes on a prefix of their own (as in e2e: %d
-users, %d direct sessions, 200-byte bodies, %s send phase paced at %d
-msg/s), warmed up for %s; then pairs of paced runs, one without a replay
-and one with `+"`seqflow replay-topic create NAME -rate %g`"+` (the
-command's default rate) copying the sequenced log of %d events the
-replay phase reads, started before the run's setup and stopped after
-its drain; the order alternates from pair to pair. The replay reads a
-log on another prefix of the same broker: the same broker, disk and CPU
-work as a replay of the live topic's history. Broker CPU over each run
-(setup, send and drain) from /proc.
-
-| run | replay | ack p50 / p99 ms | deliver p99 ms | msgs/s | broker CPU ms/s | events copied (replayer's rate) |
-|---|---|---|---|---|---|---|
-%s
-
-Medians: ACK p99 %s ms during a replay, %s ms without (ratio %.2f).
-`, b.cfg.E2EUsers, b.cfg.E2EUsers/2, b.cfg.E2EDuration, b.cfg.FixedRate, b.cfg.E2EWarmup, b.cfg.ReplayLiveRate, lg.events,
-		joinLines(rows), num(ackWith), num(ackWithout), ackWith/ackWithout))
-	return errors.Join(errs...)
-}
-
-// liveRun runs one paced run, with a replayer running from before its
-// setup to after its drain when withReplay.
-func (b *Bench) liveRun(ctx context.Context, lg *sequencedLog, named map[int]string, o load.Options, withReplay bool, n int) (liveRun, error) {
-	run := liveRun{replay: withReplay}
-	var rp *proc.Proc
-	name := "live-" + randHex(4)
-	if withReplay {
-		rp = &proc.Proc{Name: "replay-topic", Bin: b.seqflowBin(),
-			Args: []string{"replay-topic", "create", name, "-rate", strconv.FormatFloat(b.cfg.ReplayLiveRate, 'f', -1, 64), "-retention", "1h"},
-			Env:  []string{"SEQFLOW_KAFKA_BROKERS=" + strings.Join(b.cfg.Brokers, ","), "SEQFLOW_TOPIC_PREFIX=" + lg.prefix},
-			Log:  filepath.Join(b.logDir, fmt.Sprintf("replay_live-replayer-%d.log", n))}
-		if err := rp.Start(); err != nil {
-			return run, err
-		}
-		named[rp.Pid()] = "replay-topic"
-		defer delete(named, rp.Pid())
-	}
-	c0 := takeCPU(named)
-	rep, err := runLoad(ctx, o)
-	c1 := takeCPU(named)
-	run.ack50, run.ack99, run.del99, run.rate = rep.AckP50Ms, rep.AckP99Ms, rep.DeliverP99Ms, rep.RateMsgsPerS
-	run.kafkaCPU, run.window = groupSecs(c0, c1, "kafka"), c1.at.Sub(c0.at).Seconds()
-	if rp != nil {
-		finished := !rp.Running()
-		rp.Stop(15 * time.Second)
-		if b, rerr := os.ReadFile(rp.Log); rerr == nil {
-			if m := replayProgressRE.FindAllSubmatch(b, -1); len(m) > 0 {
-				last := m[len(m)-1]
-				run.copied, _ = strconv.ParseInt(string(last[1]), 10, 64)
-				run.copyRate, _ = strconv.ParseFloat(string(last[2]), 64)
-			}
-		}
-		if _, _, _, _, derr := b.cli(context.WithoutCancel(ctx), lg, "replay_live-delete.log", "replay-topic", "delete", name); derr != nil {
-			b.log.Warn("delete replay", "replay", name, "err", derr)
-		}
-		if finished && err == nil {
-			err = fmt.Errorf("paced run %d: the replay ended before the run did (%v; log %s): raise SEQBENCH_REPLAY_EVENTS", n, rp.Err(), rp.Log)
-		}
-	}
-	if err != nil {
-		return run, fmt.Errorf("paced run %d (replay %v): %w", n, withReplay, err)
-	}
-	return run, nil
-}
-
-func liveRow(n int, l liveRun) string {
-	replay, copied := "no", "–"
-	if l.replay {
-		replay, copied = "yes", fmt.Sprintf("%d (%s/s)", l.copied, num(l.copyRate))
-	}
-	return fmt.Sprintf("| %d | %s | %s / %s | %s | %s | %s | %s |", n, replay, num(l.ack50), num(l.ack99), num(l.del99), num(l.rate),
-		num(1000*l.kafkaCPU/max(l.window, 1e-9)), copied)
 }
 
 // buildCLI builds the seqflow command into .data/bin once per run.
