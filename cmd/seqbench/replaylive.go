@@ -209,6 +209,7 @@ func (b *Bench) liveRun(ctx context.Context, lg *sequencedLog, o load.Options, n
 		Args: []string{"replay-topic", "create", name, "-rate", strconv.FormatFloat(b.cfg.ReplayLiveRate, 'f', -1, 64), "-retention", "1h"},
 		Env:  []string{"SEQFLOW_KAFKA_BROKERS=" + strings.Join(b.cfg.Brokers, ","), "SEQFLOW_TOPIC_PREFIX=" + lg.prefix},
 		Log:  filepath.Join(b.logDir, fmt.Sprintf("replay_live-replayer-%d.log", n))}
+	_ = os.Remove(rp.Log) // a log of an earlier bench: its progress lines are not this run's
 	if err := rp.Start(); err != nil {
 		return run, err
 	}
