@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/seqflow/seqflow/internal/apierr"
 )
 
 // ackKey identifies a command awaiting its seq: the sequencer's dedup key
@@ -19,6 +21,9 @@ type seqResult struct {
 	// result that is not a duplicate (see waiters.resolve); zero: unknown.
 	uplink uplinkPos
 	source string // who sent it: sequencer or pusher
+	// refused: the sequencer refused the command by the session's rules
+	// (a Refusal); no seq.
+	refused *apierr.Error
 }
 
 // uplinkPos is an uplink record's place in the log; set is false when it
@@ -135,7 +140,7 @@ func newWaiters(m *metrics, now func() time.Time) *waiters {
 // (seqflow_gateway_seq_results_total).
 func (w *waiters) resolveSeq(source string, k ackKey, r seqResult) {
 	r.source = source
-	if !r.duplicate && r.serverTs > 0 {
+	if !r.duplicate && r.refused == nil && r.serverTs > 0 {
 		w.metrics.seqArrival.WithLabelValues(source).Observe(max(0, time.Since(time.UnixMilli(r.serverTs)).Seconds()))
 	}
 	matched := w.resolve(k, r)

@@ -480,7 +480,7 @@ func opLabel(f *wire.ClientFrame) string {
 		return "invalid"
 	}
 	switch f.Op {
-	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpSync,
+	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpGroup, wire.OpSync,
 		wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpPing, wire.OpTyping, wire.OpSeenBy:
 		return f.Op
 	}

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/internal/wire"
@@ -87,6 +88,11 @@ func (d *downlink) onBatch(b *imv1.PushBatch) {
 				seqResult{seq: dup.Seq, msgID: dup.MsgId, serverTs: dup.OriginalServerTsMs, duplicate: true})
 		case *imv1.PushItem_Ephemeral:
 			d.onEphemeral(x.Ephemeral, it.Recipients)
+		case *imv1.PushItem_Refusal:
+			rf := x.Refusal
+			d.seqs.resolveSeq(source, ackKey{rf.SessionId, rf.ClientMsgId, rf.SenderUserId},
+				seqResult{serverTs: rf.ServerTsMs, refused: apierr.New(rf.Code, rf.Reason),
+					uplink: uplinkPos{rf.UplinkPartition, rf.UplinkOffset, true}})
 		case *imv1.PushItem_Ack:
 			a := x.Ack
 			d.seqs.resolveSeq(source, ackKey{a.SessionId, a.ClientMsgId, a.SenderUserId},

@@ -5,10 +5,13 @@ import (
 	"log/slog"
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 // historyStore is the message store as sync and changes read it (a
@@ -152,6 +155,22 @@ func fromStored(m store.Message) wire.Message {
 		}
 	case wire.KindSessionCreate:
 		out.SessionKind, out.Title, out.UserIDs = m.SessionKind, m.Title, m.MemberIDs
+		if len(m.Body) > 0 {
+			var st imv1.GroupSettings
+			if proto.Unmarshal(m.Body, &st) == nil {
+				if s := wire.CreateSettings(&st); s != nil {
+					out.Group = &wire.GroupEvent{Settings: s}
+				}
+			}
+		}
+	case wire.KindGroupChange:
+		var g imv1.GroupChange
+		if proto.Unmarshal(m.Body, &g) == nil {
+			out.Action, out.Group = wire.FromGroupChange(&g)
+			if out.Action == wire.ActionJoin {
+				out.UserIDs = []string{m.SenderUserID}
+			}
+		}
 	case wire.KindMembership:
 		out.Action, out.UserIDs = m.MemberOp, m.MemberIDs
 	}

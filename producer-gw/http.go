@@ -52,7 +52,7 @@ func (a *api) principal(w http.ResponseWriter, r *http.Request) (auth.Principal,
 func (a *api) serveOp(w http.ResponseWriter, r *http.Request) {
 	op := r.PathValue("op")
 	switch op {
-	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers,
+	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpGroup,
 		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpTyping, wire.OpSeenBy:
 	default:
 		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", op))

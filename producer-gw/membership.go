@@ -121,6 +121,11 @@ func (m *membership) observe(ev *imv1.SequencedEvent) {
 	case *imv1.SequencedEvent_Membership:
 		users = p.Membership.GetUserIds()
 		member = p.Membership.GetOp() != imv1.MembershipChange_OP_REMOVE
+	case *imv1.SequencedEvent_Group:
+		if p.Group.GetJoin() == nil {
+			return
+		}
+		users = []string{ev.SenderUserId}
 	default:
 		return
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -87,7 +86,7 @@ func newUplink(cfg Config, gate *gate, kafka producer, members memberChecker, st
 // isCommand reports whether op produces an uplink and is answered by an ACK.
 func isCommand(op string) bool {
 	switch op {
-	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers:
+	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpGroup:
 		return true
 	}
 	return false
@@ -165,17 +164,29 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 		up.SessionId = f.SessionID
 		up.Command = &imv1.Uplink_SessionCreate{SessionCreate: sc}
 	case wire.OpMembers:
+		// Who may add or remove whom is the sequencer's decision, in log
+		// order (internal/groups); the gateway only refuses non-members
+		// early.
 		if err := requireMember(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
 			return nil, err
 		}
-		if strings.HasPrefix(f.SessionID, "d-") {
-			return nil, apierr.New(imv1.ErrorCode_ERROR_CODE_FORBIDDEN, "the members of a direct session are fixed")
+		mc := &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: dedupe(f.UserIDs)}
+		switch f.Action {
+		case wire.ActionRemove:
+			mc.Op = imv1.MembershipChange_OP_REMOVE
+		case wire.ActionLeave:
+			mc.Op, mc.UserIds = imv1.MembershipChange_OP_REMOVE, []string{p.UserID}
 		}
-		op := imv1.MembershipChange_OP_ADD
-		if f.Action == wire.ActionRemove {
-			op = imv1.MembershipChange_OP_REMOVE
+		up.Command = &imv1.Uplink_Membership{Membership: mc}
+	case wire.OpGroup:
+		// A join comes from a non-member; everything else needs a member.
+		// The rules themselves are the sequencer's (internal/groups).
+		if f.Action != wire.ActionJoin {
+			if err := requireMember(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
+				return nil, err
+			}
 		}
-		up.Command = &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{Op: op, UserIds: dedupe(f.UserIDs)}}
+		up.Command = &imv1.Uplink_Group{Group: f.GroupChange()}
 	default:
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "op %q is not a command", f.Op)
 	}
@@ -225,6 +236,7 @@ func (u *uplink) checkCreate(ctx context.Context, p auth.Principal, f *wire.Clie
 	default:
 		f.SessionID = groupSessionID(p.UserID, f.ClientMsgID)
 		sc.Kind = imv1.SessionKind_SESSION_KIND_GROUP
+		sc.Settings = f.Settings.Settings()
 		sc.MemberUserIds = dedupe(append([]string{p.UserID}, f.MemberUserIDs...))
 		if len(sc.MemberUserIds) > u.cfg.Limits.MaxMembers {
 			return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_TOO_LARGE, "a group starts with at most %d members", u.cfg.Limits.MaxMembers)
@@ -311,14 +323,26 @@ func (u *uplink) await(pend *pending, produced <-chan error, f *wire.ClientFrame
 		return ack, produceError(err)
 	}
 	fill := func(a wire.Ack, r seqResult) wire.Ack {
+		if r.refused != nil {
+			b := r.refused.Body()
+			a.Status, a.Error = wire.StatusRefused, &wire.ErrorBody{Code: b.Code, Name: b.Name, Message: b.Message, Retryable: b.Retryable}
+			return a
+		}
 		a.Status, a.Seq, a.MsgID, a.ServerTs, a.Duplicate = wire.StatusOK, r.seq, strconv.FormatInt(r.msgID, 10), r.serverTs, r.duplicate
 		return a
+	}
+	refused := func(r seqResult) (wire.Ack, *apierr.Error) {
+		u.countAck(fill(ack, r), pend.started)
+		return ack, r.refused
 	}
 	producedAt := u.now()
 	t := time.NewTimer(time.Until(pend.started.Add(u.cfg.AckWait)))
 	defer t.Stop()
 	select {
 	case r := <-pend.ch:
+		if r.refused != nil {
+			return refused(r)
+		}
 		if !r.duplicate {
 			now := u.now()
 			u.m.ackStages.WithLabelValues("produce").Observe(producedAt.Sub(pend.started).Seconds())
@@ -332,6 +356,9 @@ func (u *uplink) await(pend *pending, produced <-chan error, f *wire.ClientFrame
 		u.acks.remove(pend)
 		select {
 		case r := <-pend.ch:
+			if r.refused != nil {
+				return refused(r)
+			}
 			return u.countAck(fill(ack, r), pend.started), nil
 		default:
 		}
@@ -343,6 +370,9 @@ func (u *uplink) await(pend *pending, produced <-chan error, f *wire.ClientFrame
 			notice(fill(late, r))
 		}, u.now().Add(u.cfg.NoticeTTL))
 		if raced {
+			if r.refused != nil {
+				return refused(r)
+			}
 			return u.countAck(fill(ack, r), pend.started), nil
 		}
 	}
@@ -372,6 +402,8 @@ func uplinkType(u *imv1.Uplink) string {
 		return wire.KindEdit
 	case *imv1.Uplink_Recall:
 		return wire.KindRecall
+	case *imv1.Uplink_Group:
+		return wire.KindGroupChange
 	}
 	return "unknown"
 }

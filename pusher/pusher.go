@@ -339,7 +339,7 @@ func (p *Pusher) handle(ctx, outCtx context.Context, fetches kgo.Fetches) *ticke
 	defer span.End()
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	var seqParts []kgo.FetchTopicPartition
-	var dups []*imv1.DuplicateAck
+	var dups []answer
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 		if len(fp.Records) == 0 {
 			return
@@ -355,13 +355,23 @@ func (p *Pusher) handle(ctx, outCtx context.Context, fetches kgo.Fetches) *ticke
 			seqParts = append(seqParts, fp)
 		case p.cfg.Topics.Duplicates:
 			for _, r := range fp.Records {
+				if eventlog.Header(r, schemas.HeaderEventType) == "refusal" {
+					var rf imv1.Refusal
+					if err := proto.Unmarshal(r.Value, &rf); err != nil || rf.SenderUserId == "" {
+						p.m.events.WithLabelValues("undecodable").Inc()
+						continue
+					}
+					p.m.events.WithLabelValues("refusal").Inc()
+					dups = append(dups, refusalAnswer(&rf))
+					continue
+				}
 				var d imv1.DuplicateAck
 				if err := proto.Unmarshal(r.Value, &d); err != nil || d.SenderUserId == "" {
 					p.m.events.WithLabelValues("undecodable").Inc()
 					continue
 				}
 				p.m.events.WithLabelValues("duplicate").Inc()
-				dups = append(dups, &d)
+				dups = append(dups, duplicateAnswer(&d))
 			}
 		}
 	})

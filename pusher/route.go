@@ -37,12 +37,28 @@ type planOpts struct {
 	offlineMaxMembers int // 0: no limit
 }
 
-// buildPlan routes a poll batch's events and duplicate ACKs to the online
+// answer is what im.duplicates.v1 carries for a sender's command: a
+// DuplicateAck (a retry's original seq) or a Refusal (the session's rules
+// refused it). It goes to the sending device's connections only.
+type answer struct {
+	user, device string
+	item         *imv1.PushItem // without recipients; shared, never modified
+}
+
+func duplicateAnswer(d *imv1.DuplicateAck) answer {
+	return answer{user: d.SenderUserId, device: d.SenderDeviceId, item: &imv1.PushItem{Item: &imv1.PushItem_Duplicate{Duplicate: d}}}
+}
+
+func refusalAnswer(r *imv1.Refusal) answer {
+	return answer{user: r.SenderUserId, device: r.SenderDeviceId, item: &imv1.PushItem{Item: &imv1.PushItem_Refusal{Refusal: r}}}
+}
+
+// buildPlan routes a poll batch's events and answers to the online
 // connections in online (user → connections). Work per event is one map
 // probe per recipient plus one append per online connection: it grows with
 // the online members, never with members × gateways. Within each gateway's
 // batch, items keep the order of the log.
-func buildPlan(events []routed, dups []*imv1.DuplicateAck, online map[string][]presence.Conn, o planOpts) (plan, int) {
+func buildPlan(events []routed, dups []answer, online map[string][]presence.Conn, o planOpts) (plan, int) {
 	pl := plan{batches: map[string]*imv1.PushBatch{}, fanout: make([]fanout, 0, len(events))}
 	skippedLarge := 0
 	cur := map[string]*imv1.PushItem{}
@@ -96,13 +112,13 @@ func buildPlan(events []routed, dups []*imv1.DuplicateAck, online map[string][]p
 	for _, d := range dups {
 		clear(cur)
 		order = order[:0]
-		for _, c := range online[d.SenderUserId] {
-			if d.SenderDeviceId != "" && c.DeviceID != d.SenderDeviceId {
+		for _, c := range online[d.user] {
+			if d.device != "" && c.DeviceID != d.device {
 				continue
 			}
 			it := cur[c.GatewayID]
 			if it == nil {
-				it = &imv1.PushItem{Item: &imv1.PushItem_Duplicate{Duplicate: d}}
+				it = &imv1.PushItem{Item: d.item.Item}
 				cur[c.GatewayID] = it
 				order = append(order, c.GatewayID)
 			}
@@ -120,7 +136,7 @@ func buildPlan(events []routed, dups []*imv1.DuplicateAck, online map[string][]p
 // those list everyone the session had before or after, so a later event of
 // the same session adds nobody but its sender: a poll of many messages in
 // one large group costs one pass over the group, not one per message.
-func users(events []routed, dups []*imv1.DuplicateAck) []string {
+func users(events []routed, dups []answer) []string {
 	if len(events) == 1 && len(dups) == 0 {
 		return events[0].recipients // already unique
 	}
@@ -138,7 +154,7 @@ func users(events []routed, dups []*imv1.DuplicateAck) []string {
 	}
 	done := map[string]bool{}
 	for _, r := range events {
-		if done[r.ev.SessionId] && r.ev.GetSessionCreate() == nil && r.ev.GetMembership() == nil {
+		if done[r.ev.SessionId] && r.ev.GetSessionCreate() == nil && r.ev.GetMembership() == nil && r.ev.GetGroup().GetJoin() == nil {
 			put(r.ev.SenderUserId)
 			continue
 		}
@@ -148,7 +164,7 @@ func users(events []routed, dups []*imv1.DuplicateAck) []string {
 		}
 	}
 	for _, d := range dups {
-		put(d.SenderUserId)
+		put(d.user)
 	}
 	return out
 }

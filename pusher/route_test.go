@@ -138,7 +138,7 @@ func TestBuildPlan(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			pl, _ := buildPlan(c.events, c.dups, online, c.opts)
+			pl, _ := buildPlan(c.events, answers(c.dups), online, c.opts)
 			if got := recipientsOf(pl, c.seq); !slices.Equal(got, c.want) {
 				t.Fatalf("recipients %v, want %v", got, c.want)
 			}
@@ -297,10 +297,18 @@ func TestUsers(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := slices.Sorted(slices.Values(users(c.events, c.dups)))
+			got := slices.Sorted(slices.Values(users(c.events, answers(c.dups))))
 			if !slices.Equal(got, c.want) {
 				t.Fatalf("users = %v, want %v", got, c.want)
 			}
 		})
 	}
+}
+
+func answers(ds []*imv1.DuplicateAck) []answer {
+	out := make([]answer, len(ds))
+	for i, d := range ds {
+		out[i] = duplicateAnswer(d)
+	}
+	return out
 }

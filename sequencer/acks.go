@@ -200,26 +200,29 @@ func (a *acker) sendTo(gw string, s ackSend) {
 func (b *batch) answered() int {
 	n := 0
 	for _, pb := range b.parts {
-		n += pb.fresh + pb.dups
+		n += pb.fresh + pb.dups + pb.refused
 	}
 	return n
 }
 
 // acks is what a committed b answers, by the senders' gateways: a SeqAck
 // for each record sequenced, a DuplicateAck with the original seq for each
-// retry. Dead letters get none here (their error comes from the pusher),
-// nor do commands that change membership (see changesMembership).
+// retry, a Refusal for each command the rules refused. Dead letters get
+// none here (their error comes from the pusher), nor do accepted commands
+// that change membership or group state (see changesMembership).
 func (b *batch) acks() map[string][]*imv1.PushItem {
 	out := map[string][]*imv1.PushItem{}
 	for _, pb := range b.parts {
 		for i := range pb.items {
 			it := &pb.items[i]
-			if it.bad != nil || it.up == nil || it.up.GatewayId == "" || changesMembership(it.up) {
+			if it.bad != nil || it.up == nil || it.up.GatewayId == "" || it.refused == nil && changesMembership(it.up) {
 				continue
 			}
 			u := it.up
 			var item *imv1.PushItem
 			switch {
+			case it.refused != nil:
+				item = &imv1.PushItem{Item: &imv1.PushItem_Refusal{Refusal: refusalOf(it, b.nowMs)}}
 			case it.dupOf != nil, it.first >= 0:
 				var e dedup.Entry
 				if it.dupOf != nil {
@@ -249,7 +252,7 @@ func (b *batch) acks() map[string][]*imv1.PushItem {
 // before that event.
 func changesMembership(u *imv1.Uplink) bool {
 	switch u.Command.(type) {
-	case *imv1.Uplink_SessionCreate, *imv1.Uplink_Membership:
+	case *imv1.Uplink_SessionCreate, *imv1.Uplink_Membership, *imv1.Uplink_Group:
 		return true
 	}
 	return false

@@ -40,6 +40,7 @@ func TestBatchAcks(t *testing.T) {
 		{"s3", "create", "gw1"},
 		{"s3", "add", "gw1"},
 		{"s3", "create", "gw1"}, // retry of the create within the batch
+		{"s3", "leave", "gw2"},  // the owner leaving: refused by the rules
 	}
 	var recs []*kgo.Record
 	for i, x := range ins {
@@ -54,6 +55,8 @@ func TestBatchAcks(t *testing.T) {
 				switch id {
 				case "create":
 					u.Command = &imv1.Uplink_SessionCreate{SessionCreate: &imv1.SessionCreate{MemberUserIds: []string{"u1", "u2"}}}
+				case "leave":
+					u.Command = &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{Op: imv1.MembershipChange_OP_REMOVE, UserIds: []string{"u1"}}}
 				case "add":
 					u.Command = &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: []string{"u3"}}}
 				}
@@ -68,8 +71,12 @@ func TestBatchAcks(t *testing.T) {
 	}
 	b := &batch{nowMs: 5000, parts: []*partBatch{pb}}
 	got := b.acks()
-	if len(got) != 2 || len(got["gw1"]) != 2 || len(got["gw2"]) != 2 {
-		t.Fatalf("acks by gateway: gw1 %d, gw2 %d, %d gateways; want 2, 2 and 2", len(got["gw1"]), len(got["gw2"]), len(got))
+	if len(got) != 2 || len(got["gw1"]) != 2 || len(got["gw2"]) != 3 {
+		t.Fatalf("acks by gateway: gw1 %d, gw2 %d, %d gateways; want 2, 3 and 2", len(got["gw1"]), len(got["gw2"]), len(got))
+	}
+	if rf := got["gw2"][2].GetRefusal(); rf == nil || rf.Code != imv1.ErrorCode_ERROR_CODE_NOT_PERMITTED || rf.ClientMsgId != "leave" ||
+		rf.UplinkOffset != pb.items[len(pb.items)-1].rec.Offset || rf.Reason == "" {
+		t.Fatalf("gw2's third item %v, want the refusal of the owner's leave", got["gw2"][2])
 	}
 	first := pb.items[0].entry
 	if first.Seq != 1 || first.MsgID == 0 {
@@ -96,11 +103,11 @@ func TestBatchAcks(t *testing.T) {
 			}
 		}
 	}
-	if pb.fresh != 5 || pb.dups != 3 {
-		t.Fatalf("batch sequenced %d and collapsed %d, want 5 and 3 (the create and its retry among them)", pb.fresh, pb.dups)
+	if pb.fresh != 5 || pb.dups != 3 || pb.refused != 1 {
+		t.Fatalf("batch sequenced %d, collapsed %d and refused %d, want 5, 3 (the create and its retry among them) and 1", pb.fresh, pb.dups, pb.refused)
 	}
-	if n := b.answered(); n != 8 {
-		t.Fatalf("answered() = %d, want 8 (all but the dead letter)", n)
+	if n := b.answered(); n != 9 {
+		t.Fatalf("answered() = %d, want 9 (all but the dead letter)", n)
 	}
 }
 

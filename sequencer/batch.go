@@ -16,6 +16,7 @@ import (
 	"github.com/seqflow/seqflow/internal/deadletter"
 	"github.com/seqflow/seqflow/internal/dedup"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/groups"
 	"github.com/seqflow/seqflow/internal/msgid"
 	"github.com/seqflow/seqflow/internal/segment"
 	"github.com/seqflow/seqflow/schemas"
@@ -32,6 +33,9 @@ type item struct {
 	dupOf *dedup.Entry // the committed entry a retry repeats
 	first int          // index of the batch's first copy of this client message, or -1
 	entry dedup.Entry  // what a new message got
+	// refused: the session's rules refused the command (internal/groups);
+	// it gets a Refusal on im.duplicates.v1 instead of a seq.
+	refused *groups.Refusal
 }
 
 // partBatch is the records of one partition in a batch.
@@ -45,6 +49,8 @@ type partBatch struct {
 	fresh   int // new messages sequenced
 	dups    int
 	bad     int
+	refused int
+	decided bool // classify ran the rules: groups holds this batch's changes
 	hwm     int64
 	next    int64
 	began   bool // assign took seqs from the book
@@ -83,6 +89,7 @@ func (s *Sequencer) prepare(ctx context.Context, fetches kgo.Fetches) (*batch, e
 		})
 	}
 	if err := g.Wait(); err != nil {
+		b.rewind()
 		return nil, err
 	}
 	var reqs []segment.Request
@@ -92,6 +99,7 @@ func (s *Sequencer) prepare(ctx context.Context, fetches kgo.Fetches) (*batch, e
 			if _, dup := owner[r.SessionID]; dup {
 				// One session in two partitions: only while partitions are
 				// being added. Serve it next batch rather than mix books.
+				b.rewind()
 				return nil, &SplitSessionError{SessionID: r.SessionID, Partitions: [2]int32{owner[r.SessionID].p, pb.p}}
 			}
 			owner[r.SessionID] = pb
@@ -101,9 +109,11 @@ func (s *Sequencer) prepare(ctx context.Context, fetches kgo.Fetches) (*batch, e
 	if len(reqs) > 0 {
 		grants, err := s.reserve(ctx, "shortfall", reqs)
 		if err != nil {
+			b.rewind()
 			return nil, err
 		}
 		if err := addGrants(owner, grants); err != nil {
+			b.rewind()
 			return nil, err
 		}
 	}
@@ -138,9 +148,14 @@ func (s *Sequencer) reserve(ctx context.Context, kind string, reqs []segment.Req
 type dkey struct{ session, clientMsgID string }
 
 // classify decodes each record and decides: dead letter, retry of a
-// committed message, retry of a message earlier in this batch, or new.
+// committed message, retry of a message earlier in this batch, refused by
+// the session's rules, or new. The rules see the commands in uplink
+// order, each accepted one applied before the next is decided; the
+// partition's group state records the changes until commit or rewind.
 func (pb *partBatch) classify(maxBytes int, nowMs int64) {
 	seen := make(map[dkey]int, len(pb.items))
+	pb.st.groups.Begin()
+	pb.decided = true
 	for i := range pb.items {
 		it := &pb.items[i]
 		it.up, it.bad = decodeUplink(it.rec.Key, it.rec.Value, maxBytes)
@@ -153,10 +168,19 @@ func (pb *partBatch) classify(maxBytes int, nowMs int64) {
 			continue
 		}
 		if j, ok := seen[k]; ok {
+			if r := pb.items[j].refused; r != nil {
+				it.refused = r // a copy of a refused command: refused alike
+				pb.refused++
+				continue
+			}
 			it.first = j
 			continue
 		}
 		seen[k] = i
+		if it.refused = pb.st.groups.Sequence(it.up, nowMs); it.refused != nil {
+			pb.refused++
+			continue
+		}
 		if pb.demand[k.session] == 0 {
 			pb.touched = append(pb.touched, k.session)
 		}
@@ -201,6 +225,12 @@ func (pb *partBatch) assign(t eventlog.Topics, instance kgo.RecordHeader, gen *m
 		case it.bad != nil:
 			pb.bad++
 			r, err := deadletter.Record(t.DeadLetter, service, it.rec, it.bad, ts)
+			if err != nil {
+				return err
+			}
+			pb.out = append(pb.out, r)
+		case it.refused != nil:
+			r, err := refusalRecord(t.Duplicates, pb.p, it, nowMs)
 			if err != nil {
 				return err
 			}
@@ -273,7 +303,7 @@ const maxEventHeaders = 6
 // nothing writes to.
 var eventHeaders = func() map[string][]kgo.RecordHeader {
 	m := map[string][]kgo.RecordHeader{}
-	for _, typ := range []string{"message", "session_create", "membership", "edit", "recall", "unknown"} {
+	for _, typ := range []string{"message", "session_create", "membership", "edit", "recall", "group", "unknown"} {
 		m[typ] = eventlog.Headers(typ, "seqflow.im.v1.SequencedEvent", service, "")
 	}
 	return m
@@ -303,6 +333,31 @@ func duplicateAck(topic string, p int32, it *item, e dedup.Entry, nowMs int64) (
 		Timestamp: time.UnixMilli(nowMs),
 		Headers:   eventlog.Headers("duplicate", "seqflow.im.v1.DuplicateAck", service, eventlog.Header(it.rec, schemas.HeaderTraceparent)),
 	}, nil
+}
+
+// refusalRecord is the durable answer to a refused uplink, on
+// im.duplicates.v1 with the uplink's traceparent.
+func refusalRecord(topic string, p int32, it *item, nowMs int64) (*kgo.Record, error) {
+	v, err := proto.Marshal(refusalOf(it, nowMs))
+	if err != nil {
+		return nil, fmt.Errorf("marshal refusal: %w", err)
+	}
+	return &kgo.Record{
+		Topic: topic, Partition: p, Key: []byte(it.up.SessionId), Value: v,
+		Timestamp: time.UnixMilli(nowMs),
+		Headers:   eventlog.Headers("refusal", "seqflow.im.v1.Refusal", service, eventlog.Header(it.rec, schemas.HeaderTraceparent)),
+	}, nil
+}
+
+// refusalOf is the Refusal answering it, refused at nowMs: on
+// im.duplicates.v1 and in direct ACKs.
+func refusalOf(it *item, nowMs int64) *imv1.Refusal {
+	u := it.up
+	return &imv1.Refusal{
+		SessionId: u.SessionId, ClientMsgId: u.ClientMsgId, SenderUserId: u.SenderUserId, SenderDeviceId: u.SenderDeviceId,
+		GatewayId: u.GatewayId, Code: it.refused.Code, Reason: it.refused.Reason, ServerTsMs: nowMs,
+		UplinkPartition: it.rec.Partition, UplinkOffset: it.rec.Offset,
+	}
 }
 
 // duplicateOf is the DuplicateAck answering u, a retry of the message
@@ -408,6 +463,7 @@ func (b *batch) commit(s *Sequencer) {
 	for _, pb := range b.parts {
 		n += len(pb.items)
 		pb.st.book.Commit()
+		pb.st.groups.Commit()
 		before := pb.st.window.Evicted
 		for i := range pb.items {
 			it := &pb.items[i]
@@ -419,6 +475,7 @@ func (b *batch) commit(s *Sequencer) {
 		s.m.records.WithLabelValues("sequenced").Add(float64(pb.fresh))
 		s.m.records.WithLabelValues("duplicate").Add(float64(pb.dups))
 		s.m.records.WithLabelValues("dead_letter").Add(float64(pb.bad))
+		s.m.records.WithLabelValues("refused").Add(float64(pb.refused))
 		s.m.lag.WithLabelValues(strconv.Itoa(int(pb.p))).Set(float64(max(0, pb.hwm-pb.next)))
 	}
 	s.m.batchSize.Observe(float64(n))
@@ -435,6 +492,10 @@ func (b *batch) rewind() {
 	for _, pb := range b.parts {
 		if pb.began {
 			pb.st.book.Rewind()
+		}
+		if pb.decided {
+			pb.st.groups.Rollback()
+			pb.decided = false
 		}
 	}
 }

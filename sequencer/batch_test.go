@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/dedup"
+	"github.com/seqflow/seqflow/internal/groups"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/msgid"
 	"github.com/seqflow/seqflow/internal/segment"
@@ -43,7 +44,7 @@ func testPart(t testing.TB, recs []*kgo.Record, sessions []string) *partBatch {
 			t.Fatal(err)
 		}
 	}
-	pb := &partBatch{p: 3, st: &partState{book: book, window: dedup.NewWindow(time.Hour, 0)}, demand: map[string]int{},
+	pb := &partBatch{p: 3, st: &partState{book: book, window: dedup.NewWindow(time.Hour, 0), groups: groups.NewPartition(0)}, demand: map[string]int{},
 		items: make([]item, len(recs))}
 	for i, r := range recs {
 		pb.items[i] = item{rec: r, first: -1}
@@ -162,7 +163,7 @@ func BenchmarkBatch_1000(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	st := &partState{book: book, window: dedup.NewWindow(24*time.Hour, 2_000_000)}
+	st := &partState{book: book, window: dedup.NewWindow(24*time.Hour, 2_000_000), groups: groups.NewPartition(0)}
 	var cpu time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()

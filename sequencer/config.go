@@ -8,6 +8,7 @@ import (
 
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/groups"
 )
 
 // Config is the sequencer's configuration, read from the environment.
@@ -40,6 +41,9 @@ type Config struct {
 	// DedupMaxEntries: SEQUENCER_DEDUP_MAX_ENTRIES per partition, default
 	// 2,000,000 (about 200 MB at most); past it the oldest entries go first.
 	DedupMaxEntries int
+	// MaxGroupMembers: SEQUENCER_MAX_GROUP_MEMBERS, default 200000: an add
+	// or join past it is refused with group_full (internal/groups).
+	MaxGroupMembers int
 	// MaxPollRecords: SEQUENCER_MAX_POLL_RECORDS per transaction, default
 	// 5000, at most Step: a transaction then never carries more than a step
 	// of one session's messages, so a crash mid-transaction loses at most one
@@ -110,6 +114,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Step:              e.Int("SEQUENCER_STEP", 5000, 1, 1_000_000),
 		DedupWindow:       e.Duration("SEQUENCER_DEDUP_WINDOW", 24*time.Hour, time.Second, 30*24*time.Hour),
 		DedupMaxEntries:   e.Int("SEQUENCER_DEDUP_MAX_ENTRIES", 2_000_000, 1000, 1<<30),
+		MaxGroupMembers:   e.Int("SEQUENCER_MAX_GROUP_MEMBERS", groups.DefaultMaxMembers, 2, 10_000_000),
 		MaxPollRecords:    e.Int("SEQUENCER_MAX_POLL_RECORDS", 5000, 1, 1_000_000),
 		MergeWait:         e.Duration("SEQUENCER_POLL_MERGE_WAIT", 5*time.Millisecond, 0, time.Second),
 		TxnFloor:          e.Duration("SEQUENCER_TXN_FLOOR", 12*time.Millisecond, 0, time.Second),

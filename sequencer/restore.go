@@ -11,6 +11,9 @@ import (
 
 	"github.com/seqflow/seqflow/internal/dedup"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/groups"
+	"github.com/seqflow/seqflow/internal/membership"
+	"github.com/seqflow/seqflow/schemas"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -24,11 +27,14 @@ import (
 // It also returns, per session seen in the window, its last committed seq,
 // for the segment book (segment.Book.Resume): the new owner reserves right
 // after it, reusing the seqs crashed owners reserved and never committed.
-func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, map[string]int64, int, error) {
+//
+// lso is the partition's last stable offset it read up to, for
+// restoreGroups.
+func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, map[string]int64, int, int64, error) {
 	w := dedup.NewWindow(s.cfg.DedupWindow, s.cfg.DedupMaxEntries)
 	cl, err := kgo.NewClient(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore")...)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("restore client: %w", err)
+		return nil, nil, 0, 0, fmt.Errorf("restore client: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -36,45 +42,45 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
+		return nil, nil, 0, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
 	}
 	hwm, ok := ends.Lookup(topic, p)
 	if !ok || hwm.Err != nil {
-		return nil, nil, 0, fmt.Errorf("end offset of %s/%d: %v", topic, p, hwm.Err)
+		return nil, nil, 0, 0, fmt.Errorf("end offset of %s/%d: %v", topic, p, hwm.Err)
 	}
 	deadline := time.Now().Add(2*s.cfg.TxnTimeout + 15*time.Second)
 	var lso int64
 	for {
 		stable, err := adm.ListCommittedOffsets(ctx, topic)
 		if err != nil {
-			return nil, nil, 0, fmt.Errorf("list stable offsets of %s: %w", topic, err)
+			return nil, nil, 0, 0, fmt.Errorf("list stable offsets of %s: %w", topic, err)
 		}
 		o, ok := stable.Lookup(topic, p)
 		if !ok || o.Err != nil {
-			return nil, nil, 0, fmt.Errorf("stable offset of %s/%d: %v", topic, p, o.Err)
+			return nil, nil, 0, 0, fmt.Errorf("stable offset of %s/%d: %v", topic, p, o.Err)
 		}
 		if lso = o.Offset; lso >= hwm.Offset {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, nil, 0, fmt.Errorf("%s/%d: a transaction stays open (stable offset %d < %d) past the transaction timeout", topic, p, lso, hwm.Offset)
+			return nil, nil, 0, 0, fmt.Errorf("%s/%d: a transaction stays open (stable offset %d < %d) past the transaction timeout", topic, p, lso, hwm.Offset)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, nil, 0, ctx.Err()
+			return nil, nil, 0, 0, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	from, err := adm.ListOffsetsAfterMilli(ctx, time.Now().Add(-s.cfg.DedupWindow).UnixMilli(), topic)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("find window start of %s: %w", topic, err)
+		return nil, nil, 0, 0, fmt.Errorf("find window start of %s: %w", topic, err)
 	}
 	start, ok := from.Lookup(topic, p)
 	if !ok || start.Err != nil {
-		return nil, nil, 0, fmt.Errorf("window start of %s/%d: %v", topic, p, start.Err)
+		return nil, nil, 0, 0, fmt.Errorf("window start of %s/%d: %v", topic, p, start.Err)
 	}
 	if start.Offset < 0 || start.Offset >= lso {
-		return w, nil, 0, nil // nothing inside the window
+		return w, nil, 0, lso, nil // nothing inside the window
 	}
 
 	rd, err := kgo.NewClient(append(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore"),
@@ -83,7 +89,7 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(start.Offset)}}),
 	)...)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("restore reader: %w", err)
+		return nil, nil, 0, 0, fmt.Errorf("restore reader: %w", err)
 	}
 	defer rd.Close()
 	nowMs := time.Now().UnixMilli()
@@ -92,10 +98,10 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 	for {
 		fs := rd.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return nil, nil, 0, ctx.Err()
+			return nil, nil, 0, 0, ctx.Err()
 		}
 		if err := fs.Err0(); err != nil {
-			return nil, nil, 0, fmt.Errorf("read %s/%d: %w", topic, p, err)
+			return nil, nil, 0, 0, fmt.Errorf("read %s/%d: %w", topic, p, err)
 		}
 		done := false
 		fs.EachRecord(func(r *kgo.Record) {
@@ -114,7 +120,35 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 			n++
 		})
 		if done {
-			return w, last, n, nil
+			return w, last, n, lso, nil
 		}
 	}
+}
+
+// restoreGroups rebuilds partition p's governed sessions (internal/groups)
+// from the committed sequenced log, from the partition's start up to lso,
+// the stable offset restoreWindow waited for: every event the previous
+// owners committed. Only records whose event type can change group state
+// are decoded.
+func (s *Sequencer) restoreGroups(ctx context.Context, p int32, lso int64) (*groups.Partition, eventlog.ReadStats, error) {
+	gp := groups.NewPartition(s.cfg.MaxGroupMembers)
+	st, err := eventlog.ReadCommitted(ctx, eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore"), s.cfg.Topics.Sequenced, p, -1, lso,
+		membership.DefaultReplayStall, func(r *kgo.Record) {
+			if !groups.Affects(eventlog.Header(r, schemas.HeaderEventType)) {
+				return
+			}
+			var ev imv1.SequencedEvent
+			if err := proto.Unmarshal(r.Value, &ev); err != nil {
+				// Only a sequencer writes this log; every other
+				// projection skips such a record too, so the rules
+				// skip it alike rather than stop the partition.
+				s.log.Error("sequenced record does not decode; group state skips it", "partition", p, "offset", r.Offset, "err", err)
+				return
+			}
+			gp.Replay(&ev)
+		})
+	if err != nil {
+		return nil, st, fmt.Errorf("rebuild group state: %w", err)
+	}
+	return gp, st, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/seqflow/seqflow/internal/dedup"
 	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/groups"
 	"github.com/seqflow/seqflow/internal/msgid"
 	"github.com/seqflow/seqflow/internal/segment"
 	"github.com/seqflow/seqflow/internal/telemetry"
@@ -62,6 +63,7 @@ type Sequencer struct {
 type partState struct {
 	book    *segment.Book
 	window  *dedup.Window
+	groups  *groups.Partition // governed sessions, as of the last committed batch
 	dropped atomic.Bool
 }
 
@@ -623,14 +625,21 @@ func (s *Sequencer) state(ctx context.Context, p int32) (*partState, error) {
 		return st, nil
 	}
 	start := time.Now()
-	w, last, n, err := s.restoreWindow(ctx, p)
+	w, last, n, lso, err := s.restoreWindow(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("dedup window rebuilt", "partition", p, "entries", n, "elapsed", time.Since(start).Round(time.Millisecond))
+	gstart := time.Now()
+	gp, gst, err := s.restoreGroups(ctx, p, lso)
 	if err != nil {
 		return nil, err
 	}
 	s.m.restores.Inc()
 	s.m.restoreSecs.Observe(time.Since(start).Seconds())
-	s.log.Info("dedup window rebuilt", "partition", p, "entries", n, "elapsed", time.Since(start).Round(time.Millisecond))
-	st = &partState{book: segment.NewBook(int64(s.cfg.Step), 0), window: w}
+	s.log.Info("group state rebuilt", "partition", p, "sessions", gp.Sessions(), "records", gst.Records,
+		"from", gst.From, "until", gst.Until, "elapsed", time.Since(gstart).Round(time.Millisecond))
+	st = &partState{book: segment.NewBook(int64(s.cfg.Step), 0), window: w, groups: gp}
 	st.book.Resume(last)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -85,6 +85,10 @@ func decodeUplink(key, value []byte, maxBytes int) (*imv1.Uplink, *deadletter.Er
 		if c.Recall.GetTargetSeq() <= 0 {
 			return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "recall needs target_seq > 0")
 		}
+	case *imv1.Uplink_Group:
+		if err := validGroupChange(c.Group); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "uplink has no command")
 	}
@@ -103,15 +107,70 @@ func hasUnknown(u *imv1.Uplink) bool {
 	case *imv1.Uplink_Message:
 		return c.Message != nil && unknown(c.Message)
 	case *imv1.Uplink_SessionCreate:
-		return c.SessionCreate != nil && unknown(c.SessionCreate)
+		return c.SessionCreate != nil && (unknown(c.SessionCreate) || c.SessionCreate.Settings != nil && unknown(c.SessionCreate.Settings))
 	case *imv1.Uplink_Membership:
 		return c.Membership != nil && unknown(c.Membership)
 	case *imv1.Uplink_Edit:
 		return c.Edit != nil && (unknown(c.Edit) || c.Edit.Content != nil && unknown(c.Edit.Content))
 	case *imv1.Uplink_Recall:
 		return c.Recall != nil && unknown(c.Recall)
+	case *imv1.Uplink_Group:
+		g := c.Group
+		if g == nil {
+			return false
+		}
+		if unknown(g) {
+			return true
+		}
+		var op proto.Message
+		switch x := g.Op.(type) {
+		case *imv1.GroupChange_Join_:
+			op = x.Join
+		case *imv1.GroupChange_SetRole_:
+			op = x.SetRole
+		case *imv1.GroupChange_TransferOwnership_:
+			op = x.TransferOwnership
+		case *imv1.GroupChange_Mute_:
+			op = x.Mute
+		case *imv1.GroupChange_MuteAll_:
+			op = x.MuteAll
+		case *imv1.GroupChange_Edit:
+			op = x.Edit
+		case *imv1.GroupChange_Dissolve_:
+			op = x.Dissolve
+		}
+		return op != nil && op.ProtoReflect().IsValid() && unknown(op)
 	}
 	return false
+}
+
+// validGroupChange checks a group change's shape; whether the sender may
+// make it is the rules' decision (internal/groups), answered by a refusal.
+func validGroupChange(g *imv1.GroupChange) *deadletter.Error {
+	id := func(name, v string) *deadletter.Error {
+		if len(v) > maxIDLen {
+			return deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "group %s must be at most %d bytes", name, maxIDLen)
+		}
+		return nil
+	}
+	switch x := g.GetOp().(type) {
+	case *imv1.GroupChange_Join_:
+		return nil
+	case *imv1.GroupChange_SetRole_:
+		return id("set_role.user_id", x.SetRole.GetUserId())
+	case *imv1.GroupChange_TransferOwnership_:
+		return id("transfer_ownership.user_id", x.TransferOwnership.GetUserId())
+	case *imv1.GroupChange_Mute_:
+		return id("mute.user_id", x.Mute.GetUserId())
+	case *imv1.GroupChange_MuteAll_, *imv1.GroupChange_Dissolve_:
+		return nil
+	case *imv1.GroupChange_Edit:
+		if x.Edit == nil {
+			return deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "group edit is empty")
+		}
+		return nil
+	}
+	return deadletter.Errorf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "group change has no operation")
 }
 
 // invalidUTF8 names the first string field of u that is not valid UTF-8,
@@ -134,6 +193,16 @@ func invalidUTF8(u *imv1.Uplink) string {
 		if !utf8.ValidString(c.SessionCreate.GetTitle()) {
 			return "session_create.title"
 		}
+		if st := c.SessionCreate.GetSettings(); st != nil {
+			for _, f := range []struct{ name, v string }{
+				{"session_create.settings.description", st.Description}, {"session_create.settings.avatar_url", st.AvatarUrl},
+				{"session_create.settings.invite_code", st.InviteCode},
+			} {
+				if !utf8.ValidString(f.v) {
+					return f.name
+				}
+			}
+		}
 		for _, id := range c.SessionCreate.GetMemberUserIds() {
 			if !utf8.ValidString(id) {
 				return "session_create.member_user_ids"
@@ -148,6 +217,19 @@ func invalidUTF8(u *imv1.Uplink) string {
 	case *imv1.Uplink_Edit:
 		if !utf8.ValidString(c.Edit.GetContent().GetType()) {
 			return "edit.content.type"
+		}
+	case *imv1.Uplink_Group:
+		g := c.Group
+		e := g.GetEdit()
+		for _, f := range []struct{ name, v string }{
+			{"group.join.invite_code", g.GetJoin().GetInviteCode()}, {"group.set_role.user_id", g.GetSetRole().GetUserId()},
+			{"group.transfer_ownership.user_id", g.GetTransferOwnership().GetUserId()}, {"group.mute.user_id", g.GetMute().GetUserId()},
+			{"group.edit.title", e.GetTitle()}, {"group.edit.description", e.GetDescription()},
+			{"group.edit.avatar_url", e.GetAvatarUrl()}, {"group.edit.invite_code", e.GetInviteCode()},
+		} {
+			if !utf8.ValidString(f.v) {
+				return f.name
+			}
 		}
 	}
 	return ""
@@ -173,6 +255,8 @@ func eventType(u *imv1.Uplink) string {
 		return "edit"
 	case *imv1.Uplink_Recall:
 		return "recall"
+	case *imv1.Uplink_Group:
+		return "group"
 	}
 	return "unknown"
 }
@@ -187,6 +271,7 @@ type eventBuilder struct {
 	membership imv1.SequencedEvent_Membership
 	edit       imv1.SequencedEvent_Edit
 	recall     imv1.SequencedEvent_Recall
+	group      imv1.SequencedEvent_Group
 }
 
 // sequenced builds the event of u with its seq and message ID. It is valid
@@ -213,6 +298,9 @@ func (b *eventBuilder) sequenced(u *imv1.Uplink, seq, msgID, nowMs int64, partit
 	case *imv1.Uplink_Recall:
 		b.recall.Recall = c.Recall
 		ev.Payload = &b.recall
+	case *imv1.Uplink_Group:
+		b.group.Group = c.Group
+		ev.Payload = &b.group
 	}
 	return ev
 }

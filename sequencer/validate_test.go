@@ -189,6 +189,9 @@ func validUplink(t *testing.T, cmd protoreflect.FieldDescriptor) *imv1.Uplink {
 		u.Command = &imv1.Uplink_Edit{Edit: &imv1.Edit{TargetSeq: 1, Content: &imv1.MessageContent{Type: "text"}}}
 	case "recall":
 		u.Command = &imv1.Uplink_Recall{Recall: &imv1.Recall{TargetSeq: 1}}
+	case "group":
+		title := "t"
+		u.Command = &imv1.Uplink_Group{Group: &imv1.GroupChange{Op: &imv1.GroupChange_Edit{Edit: &imv1.GroupChange_EditGroup{Title: &title}}}}
 	default:
 		t.Fatalf("command %s has no valid example here: add one", cmd.Name())
 	}

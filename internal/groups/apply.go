@@ -102,7 +102,8 @@ func (p *Partition) apply(c command) {
 			return // a second create in the log: the first one stands
 		}
 		s := &Session{Kind: cr.Kind, Title: cr.Title, Members: make(map[string]Member, len(cr.MemberUserIds)+1)}
-		if st := cr.Settings; st != nil && s.Kind == imv1.SessionKind_SESSION_KIND_GROUP {
+		direct := s.Kind == imv1.SessionKind_SESSION_KIND_DIRECT
+		if st := cr.Settings; st != nil && !direct {
 			s.Description, s.AvatarURL, s.JoinRule, s.MembersCanInvite = st.Description, st.AvatarUrl, st.JoinRule, st.MembersCanInvite
 			s.InviteCodeSHA256 = append([]byte(nil), st.InviteCodeSha256...)
 		}
@@ -110,7 +111,7 @@ func (p *Partition) apply(c command) {
 		for _, u := range cr.MemberUserIds {
 			s.Members[u] = Member{Role: role}
 		}
-		if s.Kind == imv1.SessionKind_SESSION_KIND_GROUP {
+		if !direct {
 			s.Owner = c.actor
 			s.Members[c.actor] = Member{Role: imv1.GroupRole_GROUP_ROLE_OWNER}
 		} else {

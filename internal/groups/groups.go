@@ -30,7 +30,7 @@
 //     than the event's server time, or a plain member while the group is
 //     muted for all); a recall needs a member;
 //   - a direct session keeps its two members: every governance operation
-//     on it is refused;
+//     on it is refused; a session_create without a kind makes a group;
 //   - after a dissolve every command is refused with GROUP_DISSOLVED.
 //
 // A session the partition has no session_create for is not governed: its
@@ -245,7 +245,7 @@ func (p *Partition) decide(c command) *Refusal {
 	case c.recall:
 		return nil
 	}
-	if s.Kind != imv1.SessionKind_SESSION_KIND_GROUP {
+	if s.Kind == imv1.SessionKind_SESSION_KIND_DIRECT {
 		return refuse(imv1.ErrorCode_ERROR_CODE_NOT_PERMITTED, "the members and settings of a direct session are fixed")
 	}
 	if mc := c.membership; mc != nil {
@@ -369,7 +369,7 @@ func decideRemove(s *Session, c command, me Member, mc *imv1.MembershipChange) *
 }
 
 func (p *Partition) decideJoin(s *Session, c command, j *imv1.GroupChange_Join) *Refusal {
-	if s.Kind != imv1.SessionKind_SESSION_KIND_GROUP {
+	if s.Kind == imv1.SessionKind_SESSION_KIND_DIRECT {
 		return refuse(imv1.ErrorCode_ERROR_CODE_NOT_PERMITTED, "nobody joins a direct session")
 	}
 	switch s.JoinRule {

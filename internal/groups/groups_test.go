@@ -119,9 +119,9 @@ func TestRules(t *testing.T) {
 	actors := []string{"own", "adm", "mem", "mut", "x"}
 	want := map[string][]imv1.ErrorCode{
 		//              own     adm     mem     mut     x
-		"send":        {ok, ok, ok, muted, notMem},
-		"recall":      {ok, ok, ok, ok, notMem},
-		"add":         {ok, ok, denied, denied, notMem},
+		"send":   {ok, ok, ok, muted, notMem},
+		"recall": {ok, ok, ok, ok, notMem},
+		"add":    {ok, ok, denied, denied, notMem},
 		// Removing yourself alone is a leave (mem in "kick member", adm
 		// in "kick admin").
 		"kick member": {ok, ok, ok, denied, notMem},

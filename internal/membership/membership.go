@@ -7,8 +7,11 @@
 //   - session_create: every listed member and the sender receive it;
 //   - membership ADD: the added users receive the event that adds them, and
 //     everything after it;
-//   - membership REMOVE: the removed users receive the event that removes
-//     them (so their client learns it), and nothing after it;
+//   - membership REMOVE (a kick, or a leave): the removed users receive the
+//     event that removes them (so their client learns it), and nothing
+//     after it;
+//   - group join: as an ADD of its sender; other group changes (roles,
+//     mutes, settings, dissolve) go to the members and change nobody;
 //   - every event also goes to its sender, member or not, because the
 //     sender's gateway completes the send ACK from it.
 package membership
@@ -90,6 +93,9 @@ func (p *Partition) Apply(ev *imv1.SequencedEvent) Result {
 	replayed := s != nil && ev.Seq <= s.lastSeq
 	create := ev.GetSessionCreate()
 	change := ev.GetMembership()
+	if ev.GetGroup().GetJoin() != nil {
+		change = &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: []string{ev.SenderUserId}}
+	}
 	if s == nil && (create != nil || change != nil && change.Op == imv1.MembershipChange_OP_ADD) {
 		s = &session{members: map[string]struct{}{}}
 		p.sessions[ev.SessionId] = s
@@ -136,5 +142,5 @@ func (p *Partition) Apply(ev *imv1.SequencedEvent) Result {
 // Affects reports whether ev changes membership, so a replay can skip
 // decoding the rest; eventType is the record's seqflow-event-type header.
 func Affects(eventType string) bool {
-	return eventType == "session_create" || eventType == "membership" || eventType == ""
+	return eventType == "session_create" || eventType == "membership" || eventType == "group" || eventType == ""
 }

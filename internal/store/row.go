@@ -4,6 +4,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -14,6 +16,9 @@ const (
 	KindMembership    = "membership"
 	KindEdit          = "edit"
 	KindRecall        = "recall"
+	// KindGroup is a group governance event (imv1.GroupChange); its body
+	// column holds the GroupChange in protobuf wire form.
+	KindGroup = "group"
 )
 
 // Membership ops, the messages.member_op column.
@@ -74,6 +79,23 @@ func RowOf(ev *imv1.SequencedEvent, partition int32, offset int64) (Row, error) 
 		r.Kind, r.MemberOp, r.Title = KindSessionCreate, OpAdd, p.SessionCreate.GetTitle()
 		r.SessionKind = sessionKind(p.SessionCreate.GetKind())
 		r.MemberIDs = withSender(p.SessionCreate.GetMemberUserIds(), r.SenderUserID)
+		if st := p.SessionCreate.GetSettings(); st != nil {
+			// A group's initial settings, in the body column.
+			b, err := deterministic.Marshal(st)
+			if err != nil {
+				return r, invalid("group settings: %v", err)
+			}
+			r.Body = b
+		}
+	case *imv1.SequencedEvent_Group:
+		b, err := deterministic.Marshal(p.Group)
+		if err != nil {
+			return r, invalid("group change: %v", err)
+		}
+		r.Kind, r.Body = KindGroup, nonNil(b)
+		if p.Group.GetJoin() != nil {
+			r.MemberOp, r.MemberIDs = OpAdd, []string{r.SenderUserID}
+		}
 	case *imv1.SequencedEvent_Membership:
 		r.Kind = KindMembership
 		switch p.Membership.GetOp() {
@@ -114,6 +136,10 @@ func RowOf(ev *imv1.SequencedEvent, partition int32, offset int64) (Row, error) 
 	}
 	return r, nil
 }
+
+// deterministic encodes the protobuf kept in a row's body, so the row of
+// an event is the same bytes every time (seqflow verify compares them).
+var deterministic = proto.MarshalOptions{Deterministic: true}
 
 // Preview is the session-list text of a message: the start of a text body
 // cut on a UTF-8 boundary, or the content type in brackets.

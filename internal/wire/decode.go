@@ -102,6 +102,8 @@ func (f *ClientFrame) Validate(l Limits) *apierr.Error {
 		return firstErr(idField("client_msg_id", f.ClientMsgID, MaxClientMsgIDBytes), f.create(l))
 	case OpMembers:
 		return firstErr(f.command(), f.members(l))
+	case OpGroup:
+		return firstErr(f.command(), f.group(l))
 	case OpSync:
 		if err := idField("session_id", f.SessionID, MaxSessionIDBytes); err != nil {
 			return err
@@ -185,7 +187,7 @@ func (f *ClientFrame) create(l Limits) *apierr.Error {
 	}
 	switch f.Kind {
 	case KindDirect:
-		if f.SessionID != "" || len(f.MemberUserIDs) > 0 {
+		if f.SessionID != "" || len(f.MemberUserIDs) > 0 || f.Settings != nil {
 			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a direct session takes peer_user_id only; its session_id is derived from the pair")
 		}
 		if err := userID("peer_user_id", f.PeerUserID); err != nil {
@@ -194,6 +196,11 @@ func (f *ClientFrame) create(l Limits) *apierr.Error {
 	case KindGroup:
 		if f.SessionID != "" || f.PeerUserID != "" {
 			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a group takes member_user_ids; the gateway picks its session_id")
+		}
+		if f.Settings != nil {
+			if err := f.Settings.validate(l, false); err != nil {
+				return err
+			}
 		}
 		return userIDs("member_user_ids", f.MemberUserIDs, l.MaxMembers, true)
 	case "":
@@ -205,8 +212,14 @@ func (f *ClientFrame) create(l Limits) *apierr.Error {
 }
 
 func (f *ClientFrame) members(l Limits) *apierr.Error {
+	if f.Action == ActionLeave {
+		if len(f.UserIDs) > 0 {
+			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "leave takes no user_ids: it removes you")
+		}
+		return nil
+	}
 	if f.Action != ActionAdd && f.Action != ActionRemove {
-		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "action %q: want add or remove", clip(f.Action))
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "action %q: want add, remove or leave", clip(f.Action))
 	}
 	return userIDs("user_ids", f.UserIDs, l.MaxMembers, false)
 }

@@ -29,6 +29,8 @@ func FromEvent(ev *imv1.SequencedEvent) Message {
 		m.SessionKind = KindGroup
 		if p.SessionCreate.GetKind() == imv1.SessionKind_SESSION_KIND_DIRECT {
 			m.SessionKind = KindDirect
+		} else if s := CreateSettings(p.SessionCreate.GetSettings()); s != nil {
+			m.Group = &GroupEvent{Settings: s}
 		}
 	case *imv1.SequencedEvent_Membership:
 		m.Kind, m.UserIDs = KindMembership, p.Membership.GetUserIds()
@@ -41,6 +43,12 @@ func FromEvent(ev *imv1.SequencedEvent) Message {
 		m.Type, m.Body = p.Edit.GetContent().GetType(), BodyJSON(p.Edit.GetContent().GetType(), p.Edit.GetContent().GetBody())
 	case *imv1.SequencedEvent_Recall:
 		m.Kind, m.TargetSeq = KindRecall, p.Recall.GetTargetSeq()
+	case *imv1.SequencedEvent_Group:
+		m.Kind = KindGroupChange
+		m.Action, m.Group = FromGroupChange(p.Group)
+		if m.Action == ActionJoin {
+			m.UserIDs = []string{ev.SenderUserId}
+		}
 	}
 	return m
 }

@@ -107,6 +107,15 @@ type ClientFrame struct {
 	// Active says, in a typing frame, that the user is typing (absent or
 	// false: stopped).
 	Active bool `json:"active,omitempty"`
+
+	// Group governance (op "group", see GroupChange) and a group's
+	// initial settings (create_session).
+	UserID       string         `json:"user_id,omitempty"`
+	Role         string         `json:"role,omitempty"`
+	MutedUntilMs int64          `json:"muted_until_ms,omitempty"`
+	Muted        *bool          `json:"muted,omitempty"`
+	InviteCode   string         `json:"invite_code,omitempty"`
+	Settings     *GroupSettings `json:"settings,omitempty"`
 }
 
 // Cursor is a (session, seq) position: in delivered frames, the highest
@@ -132,12 +141,17 @@ type Ack struct {
 	// Duplicate is true when this answers a retry of an already sequenced
 	// client_msg_id (same seq and msg_id as the first answer).
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Error is set with status "refused": the sequencer refused the
+	// command by the session's rules (a seq_notice after "accepted"; a
+	// command still waiting gets an error frame instead).
+	Error *ErrorBody `json:"error,omitempty"`
 }
 
 // Ack statuses.
 const (
 	StatusOK       = "ok"
 	StatusAccepted = "accepted"
+	StatusRefused  = "refused"
 )
 
 // ErrorFrame reports a failed client frame; the connection stays open.
@@ -177,6 +191,9 @@ type Message struct {
 	Title       string   `json:"title,omitempty"`
 	Action      string   `json:"action,omitempty"`
 	UserIDs     []string `json:"user_ids,omitempty"`
+	// Group: a group governance event's details (kind "group", its
+	// operation in Action), or a group's settings in its session_create.
+	Group *GroupEvent `json:"group,omitempty"`
 	// Current state in sync results.
 	Edited   bool `json:"edited,omitempty"`
 	Recalled bool `json:"recalled,omitempty"`

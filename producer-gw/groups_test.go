@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// groupWorld is a fresh group: own the owner, adm an admin, mem a member,
+// mut a member muted for an hour; x is connected but not a member.
+type groupWorld struct {
+	session string
+	seq     int64 // the last setup event's seq
+}
+
+type groupActors struct {
+	own, adm, mem, mut, x *client
+	ids                   map[*client]string
+}
+
+func (a *groupActors) byName(name string) *client {
+	return map[string]*client{"own": a.own, "adm": a.adm, "mem": a.mem, "mut": a.mut, "x": a.x}[name]
+}
+
+// command sends a frame and waits for its answer: the ACK (status ok) or
+// the error frame.
+func command(c *client, f map[string]any) frame {
+	c.t.Helper()
+	id := newID()
+	f["client_msg_id"] = id
+	c.send(f)
+	return c.ackOf(id)
+}
+
+func mustOK(c *client, f map[string]any) frame {
+	c.t.Helper()
+	a := command(c, f)
+	if a.Op != wire.OpAck || a.Status != wire.StatusOK {
+		c.t.Fatalf("%s: %v answered %+v, want ok", c.name, f, a)
+	}
+	return a
+}
+
+// newGroupWorlds makes n fresh groups, each command phase sent for all of
+// them before any answer is awaited.
+func newGroupWorlds(a *groupActors, n int) []groupWorld {
+	t := a.own.t
+	t.Helper()
+	// Chunks of 50 stay inside a connection's window of sends in flight.
+	phase := func(c *client, frames []map[string]any) []frame {
+		var out []frame
+		for len(frames) > 0 {
+			chunk := frames[:min(50, len(frames))]
+			frames = frames[len(chunk):]
+			ids := make([]string, len(chunk))
+			for i, f := range chunk {
+				ids[i] = newID()
+				f["client_msg_id"] = ids[i]
+				c.send(f)
+			}
+			for _, id := range ids {
+				out = append(out, c.mustAckOK(id))
+			}
+		}
+		return out
+	}
+	creates := make([]map[string]any, n)
+	for i := range creates {
+		creates[i] = map[string]any{"op": "create_session", "kind": "group", "title": "t",
+			"member_user_ids": []string{a.ids[a.adm], a.ids[a.mem], a.ids[a.mut]}}
+	}
+	ws := make([]groupWorld, n)
+	roles := make([]map[string]any, n)
+	for i, c := range phase(a.own, creates) {
+		ws[i].session = c.SessionID
+		roles[i] = map[string]any{"op": "group", "action": "set_role", "session_id": c.SessionID, "user_id": a.ids[a.adm], "role": "admin"}
+	}
+	phase(a.own, roles)
+	mutes := make([]map[string]any, n)
+	for i, w := range ws {
+		mutes[i] = map[string]any{"op": "group", "action": "mute", "session_id": w.session, "user_id": a.ids[a.mut],
+			"muted_until_ms": time.Now().Add(time.Hour).UnixMilli()}
+	}
+	for i, m := range phase(a.adm, mutes) {
+		ws[i].seq = m.Seq
+	}
+	return ws
+}
+
+// TestGroupRules runs every role × operation through the real pipeline
+// (gateway, sequencer, persister, pusher on Kafka and PostgreSQL): each
+// answer carries the rule's stable code, and a refused command leaves
+// nothing in im.sequenced.v1 but a Refusal on im.duplicates.v1.
+func TestGroupRules(t *testing.T) {
+	p := newPipeline(t)
+	gw := p.gateway(map[string]string{"GATEWAY_RATE_PER_USER": "100000"})
+	a := &groupActors{ids: map[*client]string{}}
+	for _, name := range []string{"own", "adm", "mem", "mut", "x"} {
+		id := user(name)
+		c := p.connect(gw, id, "d1")
+		a.ids[c] = id
+		switch name {
+		case "own":
+			a.own = c
+		case "adm":
+			a.adm = c
+		case "mem":
+			a.mem = c
+		case "mut":
+			a.mut = c
+		case "x":
+			a.x = c
+		}
+	}
+	const (
+		ok     = "ok"
+		denied = "not_permitted"
+		muted  = "muted"
+		notMem = "not_a_member"
+		bad    = "invalid_field"
+	)
+	type op struct {
+		name  string
+		frame func(w groupWorld, actor *client) map[string]any
+		want  [5]string // own, adm, mem, mut, x
+	}
+	g := func(action string, kv ...any) func(groupWorld, *client) map[string]any {
+		return func(w groupWorld, _ *client) map[string]any {
+			f := map[string]any{"op": "group", "action": action, "session_id": w.session}
+			for i := 0; i < len(kv); i += 2 {
+				f[kv[i].(string)] = kv[i+1]
+			}
+			return f
+		}
+	}
+	ops := []op{
+		{"send", func(w groupWorld, _ *client) map[string]any {
+			return map[string]any{"op": "send", "session_id": w.session, "type": "text", "body": "hi"}
+		}, [5]string{ok, ok, ok, muted, notMem}},
+		{"add", func(w groupWorld, _ *client) map[string]any {
+			return map[string]any{"op": "members", "action": "add", "session_id": w.session, "user_ids": []string{user("new")}}
+		}, [5]string{ok, ok, denied, denied, notMem}},
+		{"kick member", func(w groupWorld, _ *client) map[string]any {
+			return map[string]any{"op": "members", "action": "remove", "session_id": w.session, "user_ids": []string{a.ids[a.mem]}}
+		}, [5]string{ok, ok, ok /* a leave */, denied, notMem}},
+		{"kick admin", func(w groupWorld, _ *client) map[string]any {
+			return map[string]any{"op": "members", "action": "remove", "session_id": w.session, "user_ids": []string{a.ids[a.adm]}}
+		}, [5]string{ok, ok /* a leave */, denied, denied, notMem}},
+		{"kick owner", func(w groupWorld, _ *client) map[string]any {
+			return map[string]any{"op": "members", "action": "remove", "session_id": w.session, "user_ids": []string{a.ids[a.own]}}
+		}, [5]string{denied, denied, denied, denied, notMem}},
+		{"leave", func(w groupWorld, _ *client) map[string]any {
+			return map[string]any{"op": "members", "action": "leave", "session_id": w.session}
+		}, [5]string{denied, ok, ok, ok, notMem}},
+		{"join", g("join"), [5]string{bad, bad, bad, bad, denied}},
+		{"make admin", func(w groupWorld, _ *client) map[string]any {
+			return g("set_role", "user_id", a.ids[a.mem], "role", "admin")(w, nil)
+		}, [5]string{ok, denied, denied, denied, notMem}},
+		{"transfer", func(w groupWorld, _ *client) map[string]any {
+			return g("transfer_ownership", "user_id", a.ids[a.mem])(w, nil)
+		}, [5]string{ok, denied, denied, denied, notMem}},
+		{"mute member", func(w groupWorld, _ *client) map[string]any {
+			return g("mute", "user_id", a.ids[a.mem], "muted_until_ms", time.Now().Add(time.Hour).UnixMilli())(w, nil)
+		}, [5]string{ok, ok, denied, denied, notMem}},
+		{"mute admin", func(w groupWorld, _ *client) map[string]any {
+			return g("mute", "user_id", a.ids[a.adm], "muted_until_ms", time.Now().Add(time.Hour).UnixMilli())(w, nil)
+		}, [5]string{ok, denied, denied, denied, notMem}},
+		{"mute all", g("mute_all", "muted", true), [5]string{ok, ok, denied, denied, notMem}},
+		{"edit", g("edit", "settings", map[string]any{"title": "new", "join_rule": "open"}), [5]string{ok, ok, denied, denied, notMem}},
+		{"dissolve", g("dissolve"), [5]string{ok, denied, denied, denied, notMem}},
+	}
+	actors := []string{"own", "adm", "mem", "mut", "x"}
+	type outcome struct {
+		session  string
+		setup    int64
+		accepted bool
+	}
+	var outcomes []outcome
+	worlds := newGroupWorlds(a, len(ops)*len(actors))
+	for _, o := range ops {
+		for i, name := range actors {
+			w := worlds[0]
+			worlds = worlds[1:]
+			c := a.byName(name)
+			ans := command(c, o.frame(w, c))
+			got := ok
+			if ans.Op == wire.OpError {
+				got = ans.Error.Name
+				if ans.Error.Message == "" {
+					t.Errorf("%s by %s: refusal %s without a reason", o.name, name, got)
+				}
+			} else if ans.Status != wire.StatusOK || ans.Seq <= w.seq {
+				t.Errorf("%s by %s: answered %+v, want ok with a seq after %d", o.name, name, ans, w.seq)
+			}
+			if got != o.want[i] {
+				t.Errorf("%s by %s: got %s (%s), want %s", o.name, name, got, ans.Error.Message, o.want[i])
+			}
+			outcomes = append(outcomes, outcome{w.session, w.seq, got == ok})
+		}
+	}
+
+	// The log holds each setup event and each accepted command, nothing
+	// of a refused one; refusals decided by the sequencer are on the
+	// duplicates topic.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	events := map[string]int{}
+	readAll(ctx, t, p, p.topics.Sequenced, func(r *kgo.Record) {
+		events[string(r.Key)]++
+	})
+	for _, o := range outcomes {
+		want := 3 // create, set_role, mute
+		if o.accepted {
+			want++
+		}
+		if events[o.session] != want {
+			t.Errorf("session %s: %d events in the log, want %d", o.session, events[o.session], want)
+		}
+	}
+	refusals := 0
+	readAll(ctx, t, p, p.topics.Duplicates, func(r *kgo.Record) {
+		if eventlog.Header(r, schemas.HeaderEventType) != "refusal" {
+			return
+		}
+		var rf imv1.Refusal
+		if err := proto.Unmarshal(r.Value, &rf); err != nil || rf.Code == imv1.ErrorCode_ERROR_CODE_UNSPECIFIED || rf.Reason == "" {
+			t.Errorf("refusal record %v (%v) lacks a code or reason", &rf, err)
+		}
+		refusals++
+	})
+	// Refusals by the gateway's own membership check (x's commands but
+	// its join) never reach the log.
+	wantRefusals := 0
+	for _, o := range ops {
+		for i := range actors {
+			if o.want[i] != ok && o.want[i] != notMem {
+				wantRefusals++
+			}
+		}
+	}
+	if refusals != wantRefusals {
+		t.Errorf("%d refusal records, want %d", refusals, wantRefusals)
+	}
+}
+
+// readAll reads every committed record of topic (4 partitions) up to its
+// last stable offset as of now.
+func readAll(ctx context.Context, t *testing.T, p *pipeline, topic string, fn func(*kgo.Record)) {
+	t.Helper()
+	cl, err := kgo.NewClient(eventlog.ClientOpts(p.st.KafkaBrokers, "gw-test-ends")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	lso, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lso.Each(func(o kadm.ListedOffset) {
+		if _, err := eventlog.ReadCommitted(ctx, eventlog.ClientOpts(p.st.KafkaBrokers, "gw-test-read"), topic, o.Partition, -1, o.Offset, 10*time.Second, fn); err != nil {
+			t.Fatalf("read %s/%d: %v", topic, o.Partition, err)
+		}
+	})
+}
