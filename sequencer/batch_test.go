@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/dedup"
-	"github.com/seqflow/seqflow/internal/groups"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/groups"
 	"github.com/seqflow/seqflow/internal/msgid"
 	"github.com/seqflow/seqflow/internal/segment"
 	"github.com/seqflow/seqflow/schemas"
