@@ -39,6 +39,10 @@ type pipeline struct {
 	topics eventlog.Topics
 	pool   *pgxpool.Pool
 	signer *auth.Signer
+	// procs and admins are the started services and their admin
+	// addresses, by name.
+	procs  map[string]*proc.Proc
+	admins map[string]string
 }
 
 // newPipeline is newPipelineNoProcs plus the sequencer, persister and
@@ -117,7 +121,11 @@ func (p *pipeline) startSome(extra []string, names ...string) {
 			t.Fatalf("startSome: unknown service %q", name)
 		}
 		bin := proc.Build(t, "./"+name)
-		proc.Start(t, name, bin, append(append(append([]string(nil), common...), env...), extra...)...)
+		if p.procs == nil {
+			p.procs, p.admins = map[string]*proc.Proc{}, map[string]string{}
+		}
+		p.procs[name] = proc.Start(t, name, bin, append(append(append([]string(nil), common...), env...), extra...)...)
+		p.admins[name] = admin
 	}
 	// Ready means partitions assigned: before that, the first commands
 	// would wait for a group join instead of testing the gateway.
@@ -136,6 +144,25 @@ func (p *pipeline) startSome(extra []string, names ...string) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// waitReady polls name's /readyz until it answers 200 (90s at most).
+func (p *pipeline) waitReady(name string) {
+	p.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get("http://" + p.admins[name] + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s not ready within 90s: %v", name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

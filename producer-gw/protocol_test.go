@@ -533,7 +533,7 @@ func TestProtocol(t *testing.T) {
 		a.eventOf(ack.SessionID, s)
 		add := newID()
 		a.send(map[string]any{"op": "members", "client_msg_id": add, "session_id": ack.SessionID, "action": "add", "user_ids": []string{user("carol")}})
-		if e := a.errorOf(add); e.Error.Name != "forbidden" {
+		if e := a.errorOf(add); e.Error.Name != "not_permitted" {
 			t.Fatalf("adding to a direct session: %+v", e)
 		}
 	})

@@ -41,6 +41,10 @@ type Checks struct {
 	// BadDuplicateAcks: a duplicate ACK record naming another seq than the
 	// event it repeats.
 	BadDuplicateAcks int `json:"bad_duplicate_acks"`
+	// AcceptedNotAllowed: an event the session's rules refuse at its seq
+	// (a send from a member muted or removed before it, a kick by a
+	// demoted admin), found by replaying the log through internal/groups.
+	AcceptedNotAllowed int `json:"accepted_not_allowed"`
 	// Store against log, all events: rows missing, rows not in the log,
 	// rows that differ.
 	StoreMissing    int `json:"store_missing"`
@@ -99,7 +103,7 @@ func checkLog(l *logcheck.Log, acked []Acked, step int64) (Checks, map[logKey]lo
 	r := logcheck.Check(l, sentFromLog(l, acked), step)
 	c := Checks{LogEvents: len(l.Events), Sessions: r.Sessions, MaxGap: r.MaxGap,
 		DuplicatedInLog: len(r.Duplicated), SeqReused: len(r.SeqReused), SeqRegressions: len(r.SeqRegressions),
-		OrderViolations: len(r.OrderViolations), BadDuplicateAcks: len(r.BadDuplicateAcks)}
+		OrderViolations: len(r.OrderViolations), BadDuplicateAcks: len(r.BadDuplicateAcks), AcceptedNotAllowed: len(r.NotAllowed)}
 	first := map[logKey]logcheck.Event{}
 	for _, ev := range l.Events {
 		k := logKey{ev.SessionID, ev.ClientMsgID}
@@ -121,7 +125,7 @@ func checkLog(l *logcheck.Log, acked []Acked, step int64) (Checks, map[logKey]lo
 			c.AckedInLog++
 		}
 	}
-	for _, group := range [][]string{r.Duplicated, r.SeqReused, r.SeqRegressions, r.OrderViolations, r.BadDuplicateAcks, r.Unexpected} {
+	for _, group := range [][]string{r.Duplicated, r.SeqReused, r.SeqRegressions, r.OrderViolations, r.BadDuplicateAcks, r.Unexpected, r.NotAllowed} {
 		for i, f := range group {
 			if i == 5 {
 				break
@@ -141,7 +145,7 @@ func (c *Checks) finding(format string, args ...any) {
 // Harm sums the counters that must be 0.
 func (c Checks) Harm() int {
 	return c.LostFromLog + c.LostFromStore + c.DuplicatedInLog + c.DuplicatedRows + c.SeqReused + c.SeqRegressions +
-		c.OrderViolations + c.AckSeqMismatch + c.BadDuplicateAcks + c.StoreMissing + c.StoreExtra + c.StoreMismatched
+		c.OrderViolations + c.AckSeqMismatch + c.BadDuplicateAcks + c.AcceptedNotAllowed + c.StoreMissing + c.StoreExtra + c.StoreMismatched
 }
 
 // verify runs every check: the log (internal/audit) against the acked set,

@@ -127,7 +127,7 @@ func (r *Report) judge(minFaults int) {
 		n    int
 	}{{"lost", r.Lost}, {"duplicated", r.Duplicated}, {"seq_reused", r.SeqReused}, {"seq_regressions", r.SeqRegressions},
 		{"order_violations", r.OrderViolations}, {"undelivered_online", r.UndeliveredOnline}, {"app_duplicates", r.AppDuplicates},
-		{"ack_seq_mismatch", c.AckSeqMismatch}, {"bad_duplicate_acks", c.BadDuplicateAcks},
+		{"ack_seq_mismatch", c.AckSeqMismatch}, {"bad_duplicate_acks", c.BadDuplicateAcks}, {"accepted_not_allowed", c.AcceptedNotAllowed},
 		{"store_missing", c.StoreMissing}, {"store_extra", c.StoreExtra}, {"store_mismatched", c.StoreMismatched}} {
 		if h.n != 0 {
 			r.Failures = append(r.Failures, fmt.Sprintf("%s = %d", h.name, h.n))
@@ -159,6 +159,7 @@ func (r *Report) Table(w io.Writer) error {
 	}{{"lost", r.Lost}, {"duplicated", r.Duplicated}, {"seq_reused", r.SeqReused}, {"seq_regressions", r.SeqRegressions},
 		{"order_violations", r.OrderViolations}, {"undelivered_online", r.UndeliveredOnline}, {"app_duplicates", r.AppDuplicates},
 		{"ack_seq_mismatch", r.Checks.AckSeqMismatch}, {"bad_duplicate_acks", r.Checks.BadDuplicateAcks},
+		{"accepted_not_allowed", r.Checks.AcceptedNotAllowed},
 		{"store_missing/extra/mismatched", r.Checks.StoreMissing + r.Checks.StoreExtra + r.Checks.StoreMismatched}} {
 		fmt.Fprintf(tw, "%s\t%d\t\n", row.name, row.n)
 	}

@@ -7,7 +7,10 @@
 //	G3 once       a client message has one event; every duplicate ACK
 //	              repeats that event's seq and message ID
 //	G4 order      a session's events keep the order of their first uplinks
-//	G5 no loss    every sent message has an event (or a dead letter)
+//	G5 no loss    every sent message has an event (or a dead letter, or
+//	              a refusal by the session's rules)
+//	G6 rules      every event was allowed by its session's rules at its
+//	              seq (internal/groups, replayed over the log in order)
 //
 // Tests, the chaos suite and operators (seqflow verify) share it.
 package logcheck
@@ -24,6 +27,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/groups"
+	"github.com/seqflow/seqflow/schemas"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -42,18 +47,34 @@ type Event struct {
 type Log struct {
 	Events      []Event // log order within each partition
 	Duplicates  []*imv1.DuplicateAck
+	Refusals    []*imv1.Refusal
 	DeadLetters []*imv1.DeadLetter
+	// NotAllowed lists the events the session's rules refuse at their
+	// place in the log (G6): each partition's events replayed in order
+	// through internal/groups, Check before Replay.
+	NotAllowed []string
 }
 
 // Read reads every committed record of the sequenced, duplicates and dead
 // letter topics of t up to their current end, read_committed.
 func Read(ctx context.Context, brokers []string, t eventlog.Topics) (*Log, error) {
 	l := &Log{}
+	rules := map[int32]*groups.Partition{}
 	err := readTopic(ctx, brokers, t.Sequenced, func(r *kgo.Record) error {
 		var ev imv1.SequencedEvent
 		if err := proto.Unmarshal(r.Value, &ev); err != nil {
 			return fmt.Errorf("%s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
 		}
+		gp := rules[r.Partition]
+		if gp == nil {
+			gp = groups.NewPartition(0)
+			rules[r.Partition] = gp
+		}
+		if no := gp.Check(&ev); no != nil {
+			l.NotAllowed = append(l.NotAllowed, fmt.Sprintf("%s seq %d (%s by %s, offset %d/%d): %v",
+				ev.SessionId, ev.Seq, eventlog.Header(r, schemas.HeaderEventType), ev.SenderUserId, r.Partition, r.Offset, no))
+		}
+		gp.Replay(&ev)
 		l.Events = append(l.Events, Event{Partition: r.Partition, Offset: r.Offset, SessionID: ev.SessionId, Seq: ev.Seq,
 			MsgID: ev.MsgId, ClientMsgID: ev.ClientMsgId, UplinkOffset: ev.UplinkOffset})
 		return nil
@@ -62,6 +83,14 @@ func Read(ctx context.Context, brokers []string, t eventlog.Topics) (*Log, error
 		return nil, err
 	}
 	err = readTopic(ctx, brokers, t.Duplicates, func(r *kgo.Record) error {
+		if eventlog.Header(r, schemas.HeaderEventType) == "refusal" {
+			rf := &imv1.Refusal{}
+			if err := proto.Unmarshal(r.Value, rf); err != nil {
+				return err
+			}
+			l.Refusals = append(l.Refusals, rf)
+			return nil
+		}
 		d := &imv1.DuplicateAck{}
 		if err := proto.Unmarshal(r.Value, d); err != nil {
 			return err
@@ -179,27 +208,31 @@ type Sent struct {
 // Report is the outcome of Check. Each slice holds human-readable
 // findings; OK means all are empty.
 type Report struct {
-	Events, Sessions, Duplicates, DeadLetters int
-	MaxGap                                    int64
-	SeqReused, SeqRegressions, Duplicated     []string
-	OrderViolations, Lost, BadDuplicateAcks   []string
-	Unexpected                                []string
+	Events, Sessions, Duplicates, DeadLetters, Refusals int
+	MaxGap                                              int64
+	SeqReused, SeqRegressions, Duplicated               []string
+	OrderViolations, Lost, BadDuplicateAcks             []string
+	Unexpected                                          []string
+	// NotAllowed: events the session's rules refuse at their seq (G6),
+	// e.g. a send accepted from a member who was muted or removed.
+	NotAllowed []string
 }
 
 // OK reports whether no guarantee was broken.
 func (r *Report) OK() bool {
 	return len(r.SeqReused)+len(r.SeqRegressions)+len(r.Duplicated)+len(r.OrderViolations)+
-		len(r.Lost)+len(r.BadDuplicateAcks)+len(r.Unexpected) == 0
+		len(r.Lost)+len(r.BadDuplicateAcks)+len(r.Unexpected)+len(r.NotAllowed) == 0
 }
 
 func (r *Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "events=%d sessions=%d duplicate_acks=%d dead_letters=%d max_gap=%d\n", r.Events, r.Sessions, r.Duplicates, r.DeadLetters, r.MaxGap)
+	fmt.Fprintf(&b, "events=%d sessions=%d duplicate_acks=%d dead_letters=%d refusals=%d max_gap=%d\n", r.Events, r.Sessions, r.Duplicates, r.DeadLetters, r.Refusals, r.MaxGap)
 	for _, f := range []struct {
 		name string
 		v    []string
 	}{{"seq_reused", r.SeqReused}, {"seq_regressions", r.SeqRegressions}, {"duplicated", r.Duplicated},
-		{"order_violations", r.OrderViolations}, {"lost", r.Lost}, {"bad_duplicate_acks", r.BadDuplicateAcks}, {"unexpected", r.Unexpected}} {
+		{"order_violations", r.OrderViolations}, {"lost", r.Lost}, {"bad_duplicate_acks", r.BadDuplicateAcks}, {"unexpected", r.Unexpected},
+		{"accepted_not_allowed", r.NotAllowed}} {
 		fmt.Fprintf(&b, "%s=%d", f.name, len(f.v))
 		for i, s := range f.v {
 			if i == 5 {
@@ -217,7 +250,8 @@ func (r *Report) String() string {
 // largest gap allowed between consecutive seqs (the segment step).
 // deadLettered names client messages expected to be dead-lettered instead.
 func Check(l *Log, sent []Sent, maxGap int64) *Report {
-	r := &Report{Events: len(l.Events), Duplicates: len(l.Duplicates), DeadLetters: len(l.DeadLetters)}
+	r := &Report{Events: len(l.Events), Duplicates: len(l.Duplicates), DeadLetters: len(l.DeadLetters), Refusals: len(l.Refusals),
+		NotAllowed: l.NotAllowed}
 	type key struct{ s, c string }
 	want := map[string]bool{}
 	rank := map[key]int{} // a client message's place in its session's send order
@@ -287,6 +321,11 @@ func Check(l *Log, sent []Sent, maxGap int64) *Report {
 		if proto.Unmarshal(d.OriginalValue, &u) == nil {
 			dead[key{u.SessionId, u.ClientMsgId}] = true
 		}
+	}
+	// A refused message is not lost while it stays refused; a retry of it
+	// that was accepted later has its event.
+	for _, rf := range l.Refusals {
+		dead[key{rf.SessionId, rf.ClientMsgId}] = true
 	}
 	var lost []string
 	for k := range rank {
