@@ -107,62 +107,6 @@ func TestInfraYAMLParses(t *testing.T) {
 	}
 }
 
-func TestInfraKubernetesManifests(t *testing.T) {
-	root := stack.Root()
-	read := serviceEnv(t, root)
-	files, _ := filepath.Glob(filepath.Join(root, "infra", "k8s", "*.yaml"))
-	kinds := map[string]int{}
-	for _, f := range files {
-		for i, d := range yamlDocs(t, f) {
-			name, kind := str(dig(d, "metadata", "name")[0:1][0]), str(d["kind"])
-			if str(d["apiVersion"]) == "" || kind == "" || name == "" {
-				t.Errorf("%s document %d: apiVersion %q kind %q name %q: want all three", filepath.Base(f), i, d["apiVersion"], kind, name)
-				continue
-			}
-			kinds[kind]++
-			if ns := dig(d, "metadata", "namespace"); kind != "Namespace" && (len(ns) == 0 || ns[0] != "seqflow") {
-				t.Errorf("%s %s: namespace %v, want seqflow", kind, name, ns)
-			}
-			// Every variable given to a container is one a service reads.
-			var vars []string
-			for _, path := range [][]string{
-				{"spec", "template", "spec", "containers", "*", "env", "*", "name"},
-				{"spec", "jobTemplate", "spec", "template", "spec", "containers", "*", "env", "*", "name"},
-			} {
-				for _, v := range dig(d, path...) {
-					vars = append(vars, str(v))
-				}
-			}
-			if kind == "ConfigMap" || kind == "Secret" {
-				for _, key := range []string{"data", "stringData"} {
-					for _, m := range dig(d, key) {
-						for k := range m.(map[string]any) {
-							vars = append(vars, k)
-						}
-					}
-				}
-			}
-			for _, v := range vars {
-				if read[v] == nil {
-					t.Errorf("%s %s sets %s, which no service reads", kind, name, v)
-				}
-			}
-			if kind == "Deployment" || kind == "StatefulSet" {
-				sel := dig(d, "spec", "selector", "matchLabels", "app.kubernetes.io/name")
-				lab := dig(d, "spec", "template", "metadata", "labels", "app.kubernetes.io/name")
-				if len(sel) != 1 || len(lab) != 1 || sel[0] != lab[0] {
-					t.Errorf("%s %s: selector %v does not match the pod labels %v", kind, name, sel, lab)
-				}
-			}
-		}
-	}
-	for kind, want := range map[string]int{"Namespace": 1, "ConfigMap": 1, "Job": 1, "StatefulSet": 1, "Deployment": 3, "HorizontalPodAutoscaler": 1} {
-		if kinds[kind] != want {
-			t.Errorf("%d objects of kind %s, want %d", kinds[kind], kind, want)
-		}
-	}
-}
-
 func TestInfraCompose(t *testing.T) {
 	root := stack.Root()
 	read := serviceEnv(t, root)
