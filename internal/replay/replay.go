@@ -99,8 +99,10 @@ const producerName = "seqflow-replay"
 // transactional write), against about 280 ms per 1,000 live messages end
 // to end. At 10,000 a second a replay adds about 0.05 of a core to the
 // broker, under a tenth of what it spends on 2,000 live messages a second,
-// and the replayer itself about 0.04; uncapped, a copy runs at 70,000 to
-// 100,000 events a second there and would take the box's headroom.
+// and the replayer itself about 0.04; uncapped, a copy takes whatever the
+// box has (replay_topic_events_per_s, docs/benchmarks.md). What a replay
+// at this rate does to the live ACK latency is e2e_ack_p99_replay_ratio
+// there.
 const DefaultRate = 10000
 
 // Config says which replay a Replayer runs, and how fast.
