@@ -208,6 +208,34 @@ func TestGroupRules(t *testing.T) {
 		}
 	}
 
+	// Over HTTP: a refusal decided by the sequencer is the registry's
+	// status and error; history renders group events.
+	w := newGroupWorlds(a, 1)[0]
+	body := func(kv string) string {
+		return `{"client_msg_id":"` + newID() + `","session_id":"` + w.session + `",` + kv + `}`
+	}
+	code, f := httpCall(t, gw, p.token(a.ids[a.mem], "d1", time.Hour), "POST", "/v1/group", body(`"action":"dissolve"`))
+	if code != 403 || f.Error.Name != "not_permitted" || f.Error.Message == "" {
+		t.Errorf("a member's dissolve over HTTP: %d %+v, want 403 not_permitted with a reason", code, f.Error)
+	}
+	code, f = httpCall(t, gw, p.token(a.ids[a.own], "d1", time.Hour), "POST", "/v1/group", body(`"action":"edit","settings":{"description":"d","invite_code":"c"}`))
+	if code != 200 || f.Status != wire.StatusOK || f.Seq != w.seq+1 {
+		t.Fatalf("the owner's edit over HTTP: %d %+v", code, f)
+	}
+	p.waitStored(w.session, f.Seq)
+	code, f = httpCall(t, gw, p.token(a.ids[a.own], "d1", time.Hour), "GET", "/v1/sessions/"+w.session+"/messages?after_seq=0&limit=10", "")
+	if code != 200 || len(f.Messages) != 4 {
+		t.Fatalf("history: %d, %d messages, want 4", code, len(f.Messages))
+	}
+	roleEv, editEv := f.Messages[1], f.Messages[3]
+	if roleEv.Kind != "group" || roleEv.Action != "set_role" || roleEv.Group == nil || roleEv.Group.UserID != a.ids[a.adm] || roleEv.Group.Role != "admin" {
+		t.Errorf("history's set_role event: %+v (group %+v)", roleEv, roleEv.Group)
+	}
+	if editEv.Group == nil || editEv.Group.Settings == nil || editEv.Group.Settings.HasInviteCode == nil || !*editEv.Group.Settings.HasInviteCode ||
+		editEv.Group.Settings.InviteCode != nil || editEv.Group.Settings.Description == nil || *editEv.Group.Settings.Description != "d" {
+		t.Errorf("history's edit event: %+v (group %+v)", editEv, editEv.Group)
+	}
+
 	// The log holds each setup event and each accepted command, nothing
 	// of a refused one; refusals decided by the sequencer are on the
 	// duplicates topic.
@@ -217,6 +245,7 @@ func TestGroupRules(t *testing.T) {
 	readAll(ctx, t, p, p.topics.Sequenced, func(r *kgo.Record) {
 		events[string(r.Key)]++
 	})
+	outcomes = append(outcomes, outcome{w.session, w.seq, true})
 	for _, o := range outcomes {
 		want := 3 // create, set_role, mute
 		if o.accepted {
@@ -247,6 +276,7 @@ func TestGroupRules(t *testing.T) {
 			}
 		}
 	}
+	wantRefusals++ // the member's dissolve over HTTP
 	if refusals != wantRefusals {
 		t.Errorf("%d refusal records, want %d", refusals, wantRefusals)
 	}
