@@ -646,9 +646,89 @@ func (c *Client) AddMembers(ctx context.Context, session string, users ...string
 	return c.wait(ctx)(c.post(ctx, &wire.ClientFrame{Op: wire.OpMembers, SessionID: session, Action: wire.ActionAdd, UserIDs: users}))
 }
 
-// RemoveMembers removes users from a group (the user itself: leaving).
+// RemoveMembers removes users from a group (kicks them). Who may remove
+// whom is the group's rules (docs/protocol.md, "Groups"): a refusal is a
+// *ServerError such as not_permitted.
 func (c *Client) RemoveMembers(ctx context.Context, session string, users ...string) (Ack, error) {
 	return c.wait(ctx)(c.post(ctx, &wire.ClientFrame{Op: wire.OpMembers, SessionID: session, Action: wire.ActionRemove, UserIDs: users}))
+}
+
+// Leave removes the user from a group (the owner cannot: transfer
+// ownership or dissolve first).
+func (c *Client) Leave(ctx context.Context, session string) (Ack, error) {
+	return c.wait(ctx)(c.post(ctx, &wire.ClientFrame{Op: wire.OpMembers, SessionID: session, Action: wire.ActionLeave}))
+}
+
+// group sends one governance command and waits for its ACK.
+func (c *Client) group(ctx context.Context, session string, f wire.ClientFrame) (Ack, error) {
+	f.Op, f.SessionID = wire.OpGroup, session
+	return c.wait(ctx)(c.post(ctx, &f))
+}
+
+// Join joins a group whose join rule is open, or with its invite code
+// (inviteCode "" otherwise).
+func (c *Client) Join(ctx context.Context, session, inviteCode string) (Ack, error) {
+	return c.group(ctx, session, wire.ClientFrame{Action: wire.ActionJoin, InviteCode: inviteCode})
+}
+
+// SetRole makes a member an admin (wire.RoleAdmin) or a plain member
+// (wire.RoleMember); the owner only.
+func (c *Client) SetRole(ctx context.Context, session, user, role string) (Ack, error) {
+	return c.group(ctx, session, wire.ClientFrame{Action: wire.ActionSetRole, UserID: user, Role: role})
+}
+
+// TransferOwnership makes a member the owner; the caller becomes an admin.
+func (c *Client) TransferOwnership(ctx context.Context, session, user string) (Ack, error) {
+	return c.group(ctx, session, wire.ClientFrame{Action: wire.ActionTransfer, UserID: user})
+}
+
+// Mute stops a member from sending until until (the zero time lifts it).
+func (c *Client) Mute(ctx context.Context, session, user string, until time.Time) (Ack, error) {
+	var ms int64
+	if !until.IsZero() {
+		ms = until.UnixMilli()
+	}
+	return c.group(ctx, session, wire.ClientFrame{Action: wire.ActionMute, UserID: user, MutedUntilMs: ms})
+}
+
+// MuteAll mutes (or unmutes) every plain member; admins still speak.
+func (c *Client) MuteAll(ctx context.Context, session string, muted bool) (Ack, error) {
+	return c.group(ctx, session, wire.ClientFrame{Action: wire.ActionMuteAll, Muted: &muted})
+}
+
+// EditGroup changes the settings that are set in s.
+func (c *Client) EditGroup(ctx context.Context, session string, s wire.GroupSettings) (Ack, error) {
+	return c.group(ctx, session, wire.ClientFrame{Action: wire.ActionEdit, Settings: &s})
+}
+
+// Dissolve ends a group (the owner only); later commands to it are
+// refused with group_dissolved.
+func (c *Client) Dissolve(ctx context.Context, session string) (Ack, error) {
+	return c.group(ctx, session, wire.ClientFrame{Action: wire.ActionDissolve})
+}
+
+// MemberList returns one page of a group's current members, after
+// afterUser in user ID order; more says another page follows. version is
+// the group's member version when read.
+func (c *Client) MemberList(ctx context.Context, session, afterUser string, limit int) (members []wire.MemberInfo, more bool, version int64, _ error) {
+	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpMemberList, SessionID: session, AfterUserID: afterUser, Limit: limit})
+	if err != nil {
+		return nil, false, 0, err
+	}
+	if len(r.Members) > 0 {
+		if err := json.Unmarshal(r.Members, &members); err != nil {
+			return nil, false, 0, fmt.Errorf("%w: member_list members: %v", errBadFrame, err)
+		}
+	}
+	return members, r.HasMore, r.MemberVersion, nil
+}
+
+// MemberChanges returns what changed in a group's members after since (a
+// member version; 0: everything), one change per user, and the version
+// this brings the caller to; more says to ask again from it.
+func (c *Client) MemberChanges(ctx context.Context, session string, since int64, limit int) (changes []wire.MemberChange, version int64, more bool, _ error) {
+	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpMemberChanges, SessionID: session, SinceVersion: since, Limit: limit})
+	return r.Changes, r.MemberVersion, r.HasMore, err
 }
 
 // Sync returns a page of session's events after afterSeq, in their current
@@ -696,7 +776,15 @@ type Receipt struct {
 // members; nil above), their count and the member count.
 func (c *Client) SeenBy(ctx context.Context, session string, seq int64) (users []string, count, members int64, _ error) {
 	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpSeenBy, SessionID: session, Seq: seq})
-	return r.Users, r.Count, r.Members, err
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if len(r.Members) > 0 {
+		if err := json.Unmarshal(r.Members, &members); err != nil {
+			return nil, 0, 0, fmt.Errorf("%w: seen_by members: %v", errBadFrame, err)
+		}
+	}
+	return r.Users, r.Count, members, nil
 }
 
 // Typing is another member's typing indicator (Options.OnTyping).

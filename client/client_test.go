@@ -327,6 +327,74 @@ func TestSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("group governance: roles, a mute refused with its code, member list and member sync", func(t *testing.T) {
+		alice, bob, carol := user("alice"), user("bob"), user("carol")
+		a := p.start(t, alice, "phone", []string{gw.url}, nil)
+		b := p.start(t, bob, "phone", []string{gw.url}, nil)
+		c := p.start(t, carol, "phone", []string{gw.url}, nil)
+		ctx := ctxT(t, 30*time.Second)
+		g, err := a.CreateGroup(ctx, "gov", bob, carol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.SetRole(ctx, g.SessionID, bob, wire.RoleAdmin); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Mute(ctx, g.SessionID, carol, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Send(ctx, g.SessionID, Text("let me speak"))
+		var se *ServerError
+		if !errors.As(err, &se) || se.Name != "muted" || se.Retryable {
+			t.Fatalf("a muted member's send: %v, want muted", err)
+		}
+		if _, err := b.Dissolve(ctx, g.SessionID); !errors.As(err, &se) || se.Name != "not_permitted" {
+			t.Fatalf("an admin's dissolve: %v, want not_permitted", err)
+		}
+		last, err := a.Mute(ctx, g.SessionID, carol, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Send(ctx, g.SessionID, Text("thanks")); err != nil {
+			t.Fatalf("send after the mute was lifted: %v", err)
+		}
+		var members []wire.MemberInfo
+		var version int64
+		for { // the store lags the log by the persister's batch time
+			members, _, version, err = a.MemberList(ctx, g.SessionID, "", 10)
+			if err == nil && version >= last.Seq {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("member list never reached version %d: %v (%d)", last.Seq, err, version)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		roles := map[string]string{}
+		for _, m := range members {
+			roles[m.UserID] = m.Role
+		}
+		if len(roles) != 3 || roles[alice] != "owner" || roles[bob] != "admin" || roles[carol] != "member" {
+			t.Fatalf("member list %v", roles)
+		}
+		changes, v, more, err := b.MemberChanges(ctx, g.SessionID, 0, 100)
+		if err != nil || more || v != version {
+			t.Fatalf("member_changes: version %d more %v err %v, want %d", v, more, err, version)
+		}
+		got := map[string]string{}
+		for _, ch := range changes {
+			if ch.Member {
+				got[ch.UserID] = ch.Role
+			}
+			if ch.UserID == carol && (ch.MutedUntilMs == nil || *ch.MutedUntilMs != 0) {
+				t.Errorf("carol's change %+v: want unmuted", ch)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(roles) {
+			t.Fatalf("member_changes from 0 give %v, the list %v", got, roles)
+		}
+	})
+
 	t.Run("errors carry the server's code, name and retryability", func(t *testing.T) {
 		a := p.start(t, user("alice"), "phone", []string{gw.url}, nil)
 		ctx := ctxT(t, 30*time.Second)

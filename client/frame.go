@@ -44,10 +44,13 @@ type serverFrame struct {
 	Active      bool   `json:"active"`
 	ExpiresInMs int64  `json:"expires_in_ms"`
 
-	// seen_by results.
-	Users   []string `json:"users"`
-	Count   int64    `json:"count"`
-	Members int64    `json:"members"`
+	// seen_by results (members: a count), member_list results (members:
+	// a list) and member_changes results.
+	Users         []string            `json:"users"`
+	Count         int64               `json:"count"`
+	Members       json.RawMessage     `json:"members"`
+	MemberVersion int64               `json:"member_version"`
+	Changes       []wire.MemberChange `json:"changes"`
 }
 
 var errBadFrame = errors.New("bad server frame")

@@ -277,6 +277,9 @@ func (s *sender) onFrame(f serverFrame) {
 		s.stats.Accepted.Add(1)
 		s.mu.Unlock()
 		return
+	case f.Status == wire.StatusRefused && f.Error != nil:
+		// The group's rules refused it after an "accepted" (a seq_notice).
+		s.finishLocked(p, Ack{}, serverError(f.Error, f.ClientMsgID))
 	case f.Status == wire.StatusOK:
 		s.finishLocked(p, Ack{ClientMsgID: f.ClientMsgID, SessionID: f.SessionID, Seq: f.Seq, MsgID: f.MsgID,
 			ServerTs: f.ServerTs, Duplicate: f.Duplicate}, nil)

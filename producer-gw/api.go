@@ -62,6 +62,10 @@ func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) 
 		}
 	case wire.OpSeenBy:
 		res, aerr = a.history.seenBy(ctx, p, f)
+	case wire.OpMemberList:
+		res, aerr = a.history.memberList(ctx, p, f)
+	case wire.OpMemberChanges:
+		res, aerr = a.history.memberChanges(ctx, p, f)
 	default:
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "op %q is not a query", f.Op)
 	}

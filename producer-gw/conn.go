@@ -481,7 +481,7 @@ func opLabel(f *wire.ClientFrame) string {
 	}
 	switch f.Op {
 	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpGroup, wire.OpSync,
-		wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpPing, wire.OpTyping, wire.OpSeenBy:
+		wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpPing, wire.OpTyping, wire.OpSeenBy, wire.OpMemberList, wire.OpMemberChanges:
 		return f.Op
 	}
 	return "unknown"

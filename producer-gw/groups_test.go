@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -300,4 +301,119 @@ func readAll(ctx context.Context, t *testing.T, p *pipeline, topic string, fn fu
 			t.Fatalf("read %s/%d: %v", topic, o.Partition, err)
 		}
 	})
+}
+
+// TestMemberListAndSync: a member list paged with roles, the member
+// version in changes, and member_changes from any version (paged) bringing
+// a client's copy of the list to the store's.
+func TestMemberListAndSync(t *testing.T) {
+	p := newPipeline(t)
+	gw := p.gateway(map[string]string{"GATEWAY_RATE_PER_USER": "100000"})
+	owner := user("own")
+	c := p.connect(gw, owner, "d1")
+	var others []string
+	for i := range 6 {
+		others = append(others, fmt.Sprintf("%s-%d", user("m"), i))
+	}
+	sid, _ := createGroup(c, others...)
+	g := func(kv ...any) map[string]any {
+		f := map[string]any{"op": "group", "session_id": sid}
+		for i := 0; i < len(kv); i += 2 {
+			f[kv[i].(string)] = kv[i+1]
+		}
+		return f
+	}
+	mustOK(c, g("action", "set_role", "user_id", others[0], "role", "admin"))
+	mid := mustOK(c, g("action", "mute", "user_id", others[1], "muted_until_ms", int64(4102444800000))).Seq
+	mustOK(c, map[string]any{"op": "members", "action": "remove", "session_id": sid, "user_ids": []string{others[2]}})
+	mustOK(c, g("action", "transfer_ownership", "user_id", others[3]))
+	last := mustOK(c, map[string]any{"op": "send", "session_id": sid, "type": "text", "body": "not a member event"}).Seq
+	p.waitStored(sid, last)
+
+	want := map[string]string{owner: "admin", others[0]: "admin", others[1]: "member", others[3]: "owner", others[4]: "member", others[5]: "member"}
+	// The page size is 2: four pages, the last one short.
+	got := map[string]string{}
+	after := ""
+	var version int64
+	for pages := 0; ; pages++ {
+		id := newID()
+		c.send(map[string]any{"op": "member_list", "req_id": id, "session_id": sid, "after_user_id": after, "limit": 2})
+		r := c.result(id)
+		var res wire.MemberListResult
+		mustDecode(t, r.raw, &res)
+		for _, m := range res.Members {
+			got[m.UserID] = m.Role
+			after = m.UserID
+		}
+		version = res.MemberVersion
+		if !res.HasMore {
+			break
+		}
+		if pages > 5 {
+			t.Fatal("member_list never ends")
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("member list %v, want %v", got, want)
+	}
+	if version != last-1 {
+		t.Errorf("member_version %d, want %d (the transfer, the last membership event)", version, last-1)
+	}
+	id := newID()
+	c.send(map[string]any{"op": "changes", "req_id": id})
+	for _, s := range c.result(id).Sessions {
+		if s.SessionID == sid && (s.MemberVersion != version || s.Role != "admin") {
+			t.Errorf("changes: member_version %d role %q, want %d admin", s.MemberVersion, s.Role, version)
+		}
+	}
+
+	// From scratch, one event per page, and from just before the mute.
+	sync := func(since int64, limit int) (map[string]wire.MemberChange, int64) {
+		out := map[string]wire.MemberChange{}
+		for {
+			id := newID()
+			c.send(map[string]any{"op": "member_changes", "req_id": id, "session_id": sid, "since_version": since, "limit": limit})
+			var res wire.MemberChangesResult
+			mustDecode(t, c.result(id).raw, &res)
+			for _, ch := range res.Changes {
+				prev, ok := out[ch.UserID]
+				if ok && ch.Member && ch.Role == "" {
+					ch.Role = prev.Role
+				}
+				if ok && ch.Member && ch.MutedUntilMs == nil {
+					ch.MutedUntilMs = prev.MutedUntilMs
+				}
+				out[ch.UserID] = ch
+			}
+			since = res.MemberVersion
+			if !res.HasMore {
+				return out, since
+			}
+		}
+	}
+	for _, limit := range []int{1, 200} {
+		all, v := sync(0, limit)
+		if v != version {
+			t.Errorf("limit %d: synced to version %d, want %d", limit, v, version)
+		}
+		members := map[string]string{}
+		for u, ch := range all {
+			if ch.Member {
+				members[u] = ch.Role
+			}
+		}
+		if fmt.Sprint(members) != fmt.Sprint(want) {
+			t.Errorf("limit %d: members from member_changes %v, want %v", limit, members, want)
+		}
+		if ch := all[others[2]]; ch.Member || ch.Seq == 0 {
+			t.Errorf("limit %d: the removed member's change %+v, want member false with its seq", limit, ch)
+		}
+		if m := all[others[1]].MutedUntilMs; m == nil || *m != 4102444800000 {
+			t.Errorf("limit %d: the muted member's muted_until_ms %v", limit, m)
+		}
+	}
+	since, v := sync(mid-1, 200)
+	if v != version || len(since) != 4 {
+		t.Errorf("since the mute: %d users changed up to %d (%v), want 4 (mute, remove, transfer's two) up to %d", len(since), v, since, version)
+	}
 }

@@ -21,6 +21,9 @@ type historyStore interface {
 	MessagesBefore(ctx context.Context, sessionID string, beforeSeq int64, limit int) ([]store.Message, error)
 	Changes(ctx context.Context, userID string) ([]store.SessionState, error)
 	SeenBy(ctx context.Context, sessionID string, seq int64, listUpTo int) (users []string, count, members int64, err error)
+	MemberPage(ctx context.Context, sessionID, afterUser string, limit int) ([]store.Member, error)
+	MemberEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Message, error)
+	Session(ctx context.Context, sessionID, userID string) (store.SessionState, bool, error)
 }
 
 // historyMembers is the membership cache as history uses it: IsMember may
@@ -115,7 +118,7 @@ func (h *history) changes(ctx context.Context, p auth.Principal, f *wire.ClientF
 			continue
 		}
 		res.Sessions = append(res.Sessions, wire.SessionChange{SessionID: s.SessionID, MaxSeq: s.MaxSeq, ReadSeq: s.ReadSeq,
-			Preview: s.LastPreview, Unread: s.Unread})
+			Preview: s.LastPreview, Unread: s.Unread, MemberVersion: s.MemberVersion, Role: s.Role})
 		res.TotalUnread += s.Unread
 	}
 	return res, nil
@@ -181,3 +184,115 @@ var (
 	_ historyStore   = (*store.Store)(nil)
 	_ historyMembers = (*membership)(nil)
 )
+
+// memberList answers member_list to a member: one page of the session's
+// current members with their roles.
+func (h *history) memberList(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.MemberListResult, *apierr.Error) {
+	res := wire.MemberListResult{Op: wire.OpResult, ReqID: f.ReqID, SessionID: f.SessionID, Members: []wire.MemberInfo{}}
+	if err := requireMember(ctx, h.members, h.log, f.SessionID, p.UserID); err != nil {
+		return res, err
+	}
+	st, _, err := h.store.Session(ctx, f.SessionID, p.UserID)
+	if err != nil {
+		return res, storeError(err)
+	}
+	res.MemberVersion = st.MemberVersion
+	ms, err := h.store.MemberPage(ctx, f.SessionID, f.AfterUserID, f.Limit+1)
+	if err != nil {
+		return res, storeError(err)
+	}
+	if len(ms) > f.Limit {
+		ms, res.HasMore = ms[:f.Limit], true
+	}
+	for _, m := range ms {
+		res.Members = append(res.Members, wire.MemberInfo{UserID: m.UserID, Role: m.Role, JoinedSeq: m.JoinedSeq})
+	}
+	return res, nil
+}
+
+// memberChanges answers member_changes to a member: the membership and
+// governance events after since_version (one page of them), folded into
+// one change per user.
+func (h *history) memberChanges(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.MemberChangesResult, *apierr.Error) {
+	res := wire.MemberChangesResult{Op: wire.OpResult, ReqID: f.ReqID, SessionID: f.SessionID, Changes: []wire.MemberChange{}, MemberVersion: f.SinceVersion}
+	if err := requireMember(ctx, h.members, h.log, f.SessionID, p.UserID); err != nil {
+		return res, err
+	}
+	evs, err := h.store.MemberEvents(ctx, f.SessionID, f.SinceVersion, f.Limit+1)
+	if err != nil {
+		return res, storeError(err)
+	}
+	if len(evs) > f.Limit {
+		evs, res.HasMore = evs[:f.Limit], true
+	}
+	if len(evs) > 0 {
+		res.MemberVersion = evs[len(evs)-1].Seq
+	}
+	res.Changes = foldMemberEvents(evs)
+	return res, nil
+}
+
+// foldMemberEvents turns membership and governance events, in seq order,
+// into one change per user (in order of each user's first change).
+func foldMemberEvents(evs []store.Message) []wire.MemberChange {
+	var out []wire.MemberChange
+	at := map[string]int{}
+	change := func(user string, seq int64, fn func(*wire.MemberChange)) {
+		i, ok := at[user]
+		if !ok {
+			i = len(out)
+			at[user] = i
+			out = append(out, wire.MemberChange{UserID: user, Member: true})
+		}
+		out[i].Seq = seq
+		fn(&out[i])
+	}
+	joined := func(role string) func(*wire.MemberChange) {
+		return func(c *wire.MemberChange) {
+			unmuted := int64(0)
+			c.Member, c.Role, c.MutedUntilMs = true, role, &unmuted
+		}
+	}
+	for _, m := range evs {
+		switch m.Kind {
+		case wire.KindSessionCreate:
+			for _, u := range m.MemberIDs {
+				role := wire.RoleMember
+				if u == m.SenderUserID && m.SessionKind != wire.KindDirect {
+					role = wire.RoleOwner
+				}
+				change(u, m.Seq, joined(role))
+			}
+		case wire.KindMembership:
+			for _, u := range m.MemberIDs {
+				if m.MemberOp == store.OpRemove {
+					change(u, m.Seq, func(c *wire.MemberChange) { c.Member, c.Role, c.MutedUntilMs = false, "", nil })
+				} else {
+					change(u, m.Seq, joined(wire.RoleMember))
+				}
+			}
+		case wire.KindGroupChange:
+			var g imv1.GroupChange
+			if proto.Unmarshal(m.Body, &g) != nil {
+				continue
+			}
+			switch op := g.Op.(type) {
+			case *imv1.GroupChange_Join_:
+				change(m.SenderUserID, m.Seq, joined(wire.RoleMember))
+			case *imv1.GroupChange_SetRole_:
+				role := wire.RoleMember
+				if op.SetRole.GetRole() == imv1.GroupRole_GROUP_ROLE_ADMIN {
+					role = wire.RoleAdmin
+				}
+				change(op.SetRole.GetUserId(), m.Seq, func(c *wire.MemberChange) { c.Role = role })
+			case *imv1.GroupChange_TransferOwnership_:
+				change(op.TransferOwnership.GetUserId(), m.Seq, func(c *wire.MemberChange) { c.Role = wire.RoleOwner })
+				change(m.SenderUserID, m.Seq, func(c *wire.MemberChange) { c.Role = wire.RoleAdmin })
+			case *imv1.GroupChange_Mute_:
+				until := op.Mute.GetUntilMs()
+				change(op.Mute.GetUserId(), m.Seq, func(c *wire.MemberChange) { c.MutedUntilMs = &until })
+			}
+		}
+	}
+	return out
+}

@@ -53,7 +53,7 @@ func (a *api) serveOp(w http.ResponseWriter, r *http.Request) {
 	op := r.PathValue("op")
 	switch op {
 	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpGroup,
-		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpTyping, wire.OpSeenBy:
+		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpTyping, wire.OpSeenBy, wire.OpMemberList, wire.OpMemberChanges:
 	default:
 		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", op))
 		return

@@ -21,10 +21,15 @@ const (
 	KindGroup = "group"
 )
 
-// Membership ops, the messages.member_op column.
+// Membership ops, the messages.member_op column. Group events that change
+// roles carry them too, for the session_members projection: OpRolePrefix
+// plus the role for its member_ids, or OpTransfer for member_ids [new
+// owner, old owner].
 const (
-	OpAdd    = "add"
-	OpRemove = "remove"
+	OpAdd        = "add"
+	OpRemove     = "remove"
+	OpRolePrefix = "role:"
+	OpTransfer   = "transfer"
 )
 
 // PreviewBytes bounds sessions.last_preview.
@@ -93,8 +98,17 @@ func RowOf(ev *imv1.SequencedEvent, partition int32, offset int64) (Row, error) 
 			return r, invalid("group change: %v", err)
 		}
 		r.Kind, r.Body = KindGroup, nonNil(b)
-		if p.Group.GetJoin() != nil {
+		switch op := p.Group.GetOp().(type) {
+		case *imv1.GroupChange_Join_:
 			r.MemberOp, r.MemberIDs = OpAdd, []string{r.SenderUserID}
+		case *imv1.GroupChange_SetRole_:
+			role := "member"
+			if op.SetRole.GetRole() == imv1.GroupRole_GROUP_ROLE_ADMIN {
+				role = "admin"
+			}
+			r.MemberOp, r.MemberIDs = OpRolePrefix+role, []string{op.SetRole.GetUserId()}
+		case *imv1.GroupChange_TransferOwnership_:
+			r.MemberOp, r.MemberIDs = OpTransfer, []string{op.TransferOwnership.GetUserId(), r.SenderUserID}
 		}
 	case *imv1.SequencedEvent_Membership:
 		r.Kind = KindMembership

@@ -5,13 +5,13 @@ import "fmt"
 // writerSQL is every statement of a write, for one schema.
 type writerSQL struct {
 	ids, messages, seqConflicts, idConflicts, edits, recalls, sessions, editPreview, recallPreview string
-	memberAdd, memberRemove, reads, deliveries, offsets, readOffsets                               string
+	memberAdd, memberRemove, memberRole, reads, deliveries, offsets, readOffsets                   string
 }
 
 // membershipEvents numbers each (session, user)'s membership events in the
 // staged batch in seq order (k), so members are updated one step at a time.
 const membershipEvents = `(
-	SELECT s.session_id, u.user_id, s.seq, s.member_op,
+	SELECT s.session_id, u.user_id, s.seq, s.member_op, s.member_ids, s.kind, s.session_kind, s.sender_user_id,
 	       row_number() OVER (PARTITION BY s.session_id, u.user_id ORDER BY s.seq) AS k
 	FROM pg_temp.seqflow_stage s CROSS JOIN LATERAL unnest(s.member_ids) AS u(user_id)
 	WHERE s.member_ids IS NOT NULL)`
@@ -80,10 +80,10 @@ WHERE t.session_id = e.session_id AND t.seq = e.target_seq AND (t.recalled_seq I
 
 		// One row per session, aggregated by the writer (sessionsOf).
 		sessions: fmt.Sprintf(`INSERT INTO %[1]s.sessions AS x
-	(session_id, kind, title, created_seq, last_seq, last_msg_id, last_ts_ms, last_preview_seq, last_preview)
-SELECT sid, kind, title, NULLIF(cs, 0), ls, lm, lt, NULLIF(ps, 0), pv
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[])
-     AS t(sid, kind, title, cs, ls, lm, lt, ps, pv)
+	(session_id, kind, title, created_seq, last_seq, last_msg_id, last_ts_ms, last_preview_seq, last_preview, member_version)
+SELECT sid, kind, title, NULLIF(cs, 0), ls, lm, lt, NULLIF(ps, 0), pv, mv
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[], $10::bigint[])
+     AS t(sid, kind, title, cs, ls, lm, lt, ps, pv, mv)
 ORDER BY sid
 ON CONFLICT (session_id) DO UPDATE SET
 	kind = CASE WHEN EXCLUDED.created_seq < COALESCE(x.created_seq, 9223372036854775807) THEN EXCLUDED.kind ELSE x.kind END,
@@ -93,7 +93,8 @@ ON CONFLICT (session_id) DO UPDATE SET
 	last_msg_id = CASE WHEN EXCLUDED.last_seq > x.last_seq THEN EXCLUDED.last_msg_id ELSE x.last_msg_id END,
 	last_ts_ms = CASE WHEN EXCLUDED.last_seq > x.last_seq THEN EXCLUDED.last_ts_ms ELSE x.last_ts_ms END,
 	last_preview_seq = GREATEST(x.last_preview_seq, EXCLUDED.last_preview_seq),
-	last_preview = CASE WHEN EXCLUDED.last_preview_seq > COALESCE(x.last_preview_seq, 0) THEN EXCLUDED.last_preview ELSE x.last_preview END`, q),
+	last_preview = CASE WHEN EXCLUDED.last_preview_seq > COALESCE(x.last_preview_seq, 0) THEN EXCLUDED.last_preview ELSE x.last_preview END,
+	member_version = GREATEST(x.member_version, EXCLUDED.member_version)`, q),
 
 		editPreview: fmt.Sprintf(`UPDATE %[1]s.sessions x SET last_preview = s.preview
 FROM pg_temp.seqflow_stage s
@@ -105,11 +106,24 @@ FROM pg_temp.seqflow_stage s
 JOIN %[1]s.messages m ON m.session_id = s.session_id AND m.seq = s.target_seq AND m.recalled_seq = s.seq
 WHERE s.kind = 'recall' AND x.session_id = s.session_id AND x.last_preview_seq = s.target_seq`, q),
 
-		memberAdd: fmt.Sprintf(`INSERT INTO %[1]s.session_members AS m (session_id, user_id, joined_seq)
-SELECT session_id, user_id, seq FROM %[2]s z WHERE z.k = $1 AND z.member_op = 'add'
+		// A group's creator joins as its owner, everyone else as a member.
+		memberAdd: fmt.Sprintf(`INSERT INTO %[1]s.session_members AS m (session_id, user_id, joined_seq, role, role_seq)
+SELECT session_id, user_id, seq,
+       CASE WHEN z.kind = 'session_create' AND z.session_kind IS DISTINCT FROM 'direct' AND z.user_id = z.sender_user_id
+            THEN 'owner' ELSE 'member' END, seq
+FROM %[2]s z WHERE z.k = $1 AND z.member_op = 'add'
 ORDER BY session_id, user_id
-ON CONFLICT (session_id, user_id) DO UPDATE SET joined_seq = EXCLUDED.joined_seq, left_seq = NULL
+ON CONFLICT (session_id, user_id) DO UPDATE SET joined_seq = EXCLUDED.joined_seq, left_seq = NULL,
+	role = EXCLUDED.role, role_seq = EXCLUDED.role_seq
 WHERE m.left_seq IS NOT NULL AND m.left_seq < EXCLUDED.joined_seq`, q, membershipEvents),
+
+		memberRole: fmt.Sprintf(`UPDATE %[1]s.session_members m
+SET role = CASE WHEN z.member_op = 'transfer' THEN CASE WHEN z.user_id = z.member_ids[1] THEN 'owner' ELSE 'admin' END
+                ELSE substr(z.member_op, 6) END,
+    role_seq = z.seq
+FROM %[2]s z
+WHERE z.k = $1 AND (z.member_op LIKE 'role:%%' OR z.member_op = 'transfer') AND m.session_id = z.session_id AND m.user_id = z.user_id
+  AND m.left_seq IS NULL AND m.role_seq < z.seq`, q, membershipEvents),
 
 		memberRemove: fmt.Sprintf(`UPDATE %[1]s.session_members m SET left_seq = z.seq
 FROM %[2]s z

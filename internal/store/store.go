@@ -63,6 +63,12 @@ type SessionState struct {
 	// recalls, membership and session events never count. Changes fills
 	// it.
 	Unread int64
+	// MemberVersion is the seq of the session's latest membership or
+	// governance event: a client whose member list is older syncs it
+	// (MemberEvents).
+	MemberVersion int64
+	// Role is the user's role: owner, admin or member.
+	Role string
 }
 
 // Store reads the message store. It is safe for concurrent use. Every
@@ -136,6 +142,43 @@ func (s *Store) MessagesAfter(ctx context.Context, sessionID string, afterSeq in
 	return s.messages(ctx, sessionID, "seq > $2 ORDER BY seq", afterSeq, limit)
 }
 
+// MemberEvents returns up to limit membership and governance events
+// (session_create, membership, group) of sessionID with seq > afterSeq,
+// in seq order: what changed the members, their roles and mutes, and the
+// group's settings since a member version (member sync).
+func (s *Store) MemberEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Message, error) {
+	return s.messages(ctx, sessionID, "seq > $2 AND kind IN ('session_create', 'membership', 'group') ORDER BY seq", afterSeq, limit)
+}
+
+// Member is one current member of a session.
+type Member struct {
+	UserID    string
+	Role      string // owner, admin or member
+	JoinedSeq int64
+}
+
+// MemberPage returns up to limit current members of sessionID whose user
+// ID sorts after afterUser, in user ID order. limit is clamped to
+// [1, 10000].
+func (s *Store) MemberPage(ctx context.Context, sessionID, afterUser string, limit int) ([]Member, error) {
+	limit = min(max(limit, 1), 10_000)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(
+		`SELECT user_id, role, joined_seq FROM %s.session_members
+		 WHERE session_id = $1 AND user_id > $2 AND left_seq IS NULL ORDER BY user_id LIMIT $3`, s.q()), sessionID, afterUser, limit)
+	if err != nil {
+		return nil, fmt.Errorf("query members of %s: %w", sessionID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Member, error) {
+		var m Member
+		err := r.Scan(&m.UserID, &m.Role, &m.JoinedSeq)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read members of %s: %w", sessionID, err)
+	}
+	return out, nil
+}
+
 // MessagesBefore returns up to limit events of sessionID with seq <
 // beforeSeq, newest first, in their current state as MessagesAfter gives
 // them. limit is clamped to [1, 10000].
@@ -179,7 +222,7 @@ func (s *Store) Changes(ctx context.Context, userID string) ([]SessionState, err
 	rows, err := s.pool.Query(ctx, fmt.Sprintf(`
 		SELECT m.session_id, COALESCE(x.kind, ''), COALESCE(x.title, ''), COALESCE(x.last_seq, 0),
 		       COALESCE(r.read_seq, 0), m.joined_seq, COALESCE(x.last_preview, ''), COALESCE(x.last_preview_seq, 0),
-		       COALESCE(x.last_msg_id, 0), COALESCE(x.last_ts_ms, 0),
+		       COALESCE(x.last_msg_id, 0), COALESCE(x.last_ts_ms, 0), COALESCE(x.member_version, 0), m.role,
 		       (SELECT count(*) FROM %[1]s.messages u
 		        WHERE u.session_id = m.session_id AND u.seq > GREATEST(COALESCE(r.read_seq, 0), m.joined_seq)
 		          AND u.kind = 'message' AND u.sender_user_id <> m.user_id AND u.recalled_seq IS NULL)
@@ -194,7 +237,7 @@ func (s *Store) Changes(ctx context.Context, userID string) ([]SessionState, err
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SessionState, error) {
 		var st SessionState
 		err := r.Scan(&st.SessionID, &st.Kind, &st.Title, &st.MaxSeq, &st.ReadSeq, &st.JoinedSeq,
-			&st.LastPreview, &st.LastPreviewSeq, &st.LastMsgID, &st.LastTsMs, &st.Unread)
+			&st.LastPreview, &st.LastPreviewSeq, &st.LastMsgID, &st.LastTsMs, &st.MemberVersion, &st.Role, &st.Unread)
 		return st, err
 	})
 	if err != nil {
@@ -236,12 +279,13 @@ func (s *Store) Session(ctx context.Context, sessionID, userID string) (SessionS
 	st := SessionState{SessionID: sessionID}
 	err := s.pool.QueryRow(ctx, fmt.Sprintf(`
 		SELECT x.kind, x.title, x.last_seq, COALESCE(r.read_seq, 0), COALESCE(m.joined_seq, 0), x.last_preview,
-		       COALESCE(x.last_preview_seq, 0), COALESCE(x.last_msg_id, 0), COALESCE(x.last_ts_ms, 0)
+		       COALESCE(x.last_preview_seq, 0), COALESCE(x.last_msg_id, 0), COALESCE(x.last_ts_ms, 0), x.member_version, COALESCE(m.role, '')
 		FROM %[1]s.sessions x
 		LEFT JOIN %[1]s.session_members m ON m.session_id = x.session_id AND m.user_id = $2 AND m.left_seq IS NULL
 		LEFT JOIN %[1]s.read_cursors r ON r.session_id = x.session_id AND r.user_id = $2
 		WHERE x.session_id = $1`, q), sessionID, userID).Scan(
-		&st.Kind, &st.Title, &st.MaxSeq, &st.ReadSeq, &st.JoinedSeq, &st.LastPreview, &st.LastPreviewSeq, &st.LastMsgID, &st.LastTsMs)
+		&st.Kind, &st.Title, &st.MaxSeq, &st.ReadSeq, &st.JoinedSeq, &st.LastPreview, &st.LastPreviewSeq, &st.LastMsgID, &st.LastTsMs,
+		&st.MemberVersion, &st.Role)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, false, nil
 	}

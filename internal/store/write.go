@@ -271,6 +271,7 @@ func (w *Writer) queueProjections(pb *pgx.Batch, b *Batch, keep []int) {
 		for k := 1; k <= memberLayers(b.Rows, keep); k++ {
 			pb.Queue(w.sql.memberAdd, k)
 			pb.Queue(w.sql.memberRemove, k)
+			pb.Queue(w.sql.memberRole, k)
 		}
 	}
 	if len(b.Reads) > 0 {
@@ -303,9 +304,13 @@ func without(keep []int, cs []Conflict) []int {
 }
 
 // sessionsOf aggregates the kept rows per session, in session order: the
-// first session_create, the latest event, the latest chat message.
+// first session_create, the latest event, the latest chat message, the
+// latest membership or governance event (the member version).
 func sessionsOf(rows []Row, keep []int) []any {
-	type agg struct{ create, last, preview int }
+	type agg struct {
+		create, last, preview int
+		members               int64
+	}
 	by := map[string]*agg{}
 	var ids []string
 	for _, i := range keep {
@@ -325,11 +330,14 @@ func sessionsOf(rows []Row, keep []int) []any {
 		if r.Kind == KindMessage && (a.preview < 0 || r.Seq > rows[a.preview].Seq) {
 			a.preview = i
 		}
+		if r.Kind == KindSessionCreate || r.Kind == KindMembership || r.Kind == KindGroup {
+			a.members = max(a.members, r.Seq)
+		}
 	}
 	slices.Sort(ids)
 	n := len(ids)
 	kind, title, pv := make([]string, n), make([]string, n), make([]string, n)
-	cs, ls, lm, lt, ps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	cs, ls, lm, lt, ps, mv := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for j, id := range ids {
 		a := by[id]
 		if a.create >= 0 {
@@ -337,13 +345,13 @@ func sessionsOf(rows []Row, keep []int) []any {
 			kind[j], title[j], cs[j] = c.SessionKind, c.Title, c.Seq
 		}
 		l := &rows[a.last]
-		ls[j], lm[j], lt[j] = l.Seq, l.MsgID, l.ServerTsMs
+		ls[j], lm[j], lt[j], mv[j] = l.Seq, l.MsgID, l.ServerTsMs, a.members
 		if a.preview >= 0 {
 			p := &rows[a.preview]
 			ps[j], pv[j] = p.Seq, Preview(p.ContentType, p.Body)
 		}
 	}
-	return []any{ids, kind, title, cs, ls, lm, lt, ps, pv}
+	return []any{ids, kind, title, cs, ls, lm, lt, ps, pv, mv}
 }
 
 type rowKey struct {

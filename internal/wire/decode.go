@@ -117,6 +117,19 @@ func (f *ClientFrame) Validate(l Limits) *apierr.Error {
 		if f.Limit == 0 {
 			f.Limit = l.DefaultSyncLimit
 		}
+	case OpMemberList, OpMemberChanges:
+		if err := idField("session_id", f.SessionID, MaxSessionIDBytes); err != nil {
+			return err
+		}
+		if f.SinceVersion < 0 {
+			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "since_version must be >= 0")
+		}
+		if f.Limit < 0 || f.Limit > l.MaxSyncLimit {
+			return SyncLimitError(l)
+		}
+		if f.Limit == 0 {
+			f.Limit = l.MaxSyncLimit
+		}
 	case OpRead, OpSeenBy:
 		if err := idField("session_id", f.SessionID, MaxSessionIDBytes); err != nil {
 			return err

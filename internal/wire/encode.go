@@ -15,6 +15,14 @@ import (
 
 // AppendJSON appends the JSON of a, as json.Marshal writes it.
 func (a *Ack) AppendJSON(dst []byte) []byte {
+	if a.Error != nil {
+		// A refusal: rare, so encoding/json writes it.
+		b, err := json.Marshal(a)
+		if err != nil { // an Ack has nothing json.Marshal can refuse
+			panic(err)
+		}
+		return append(dst, b...)
+	}
 	if dst == nil {
 		dst = make([]byte, 0, 128+len(a.ReqID)+len(a.ClientMsgID)+len(a.SessionID)+len(a.MsgID))
 	}
@@ -73,6 +81,14 @@ func (f *EventFrame) AppendJSON(dst []byte) ([]byte, error) {
 // AppendJSON appends the JSON of m, as json.Marshal writes it; see
 // EventFrame.AppendJSON for the body.
 func (m *Message) AppendJSON(dst []byte) ([]byte, error) {
+	if m.Group != nil {
+		// A group event: rare, so encoding/json writes it.
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return append(dst, b...), nil
+	}
 	dst = append(dst, `{"session_id":`...)
 	dst = appendString(dst, m.SessionID)
 	dst = append(dst, `,"seq":`...)
@@ -228,6 +244,16 @@ func appendString[S []byte | string](dst []byte, s S) []byte {
 // be valid JSON, as in json.Marshal. The SDK encodes every frame it sends
 // with it.
 func (f *ClientFrame) AppendJSON(dst []byte) ([]byte, error) {
+	if f.UserID != "" || f.Role != "" || f.MutedUntilMs != 0 || f.Muted != nil || f.InviteCode != "" || f.Settings != nil ||
+		f.AfterUserID != "" || f.SinceVersion != 0 {
+		// Governance commands and member queries: rare, so encoding/json
+		// writes them.
+		b, err := json.Marshal(f)
+		if err != nil {
+			return nil, err
+		}
+		return append(dst, b...), nil
+	}
 	if dst == nil {
 		dst = make([]byte, 0, 192+len(f.ReqID)+len(f.ClientMsgID)+len(f.SessionID)+len(f.Body)+len(f.Traceparent)+len(f.Title)+32*len(f.Cursors))
 	}

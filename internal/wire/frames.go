@@ -116,6 +116,11 @@ type ClientFrame struct {
 	Muted        *bool          `json:"muted,omitempty"`
 	InviteCode   string         `json:"invite_code,omitempty"`
 	Settings     *GroupSettings `json:"settings,omitempty"`
+
+	// member_list pages after AfterUserID; member_changes starts after
+	// SinceVersion (0: from the start).
+	AfterUserID  string `json:"after_user_id,omitempty"`
+	SinceVersion int64  `json:"since_version,omitempty"`
 }
 
 // Cursor is a (session, seq) position: in delivered frames, the highest
@@ -267,6 +272,11 @@ type SessionChange struct {
 	// Unread counts the chat messages of others after read_seq (and after
 	// the user joined), recalled ones left out; other events never count.
 	Unread int64 `json:"unread"`
+	// MemberVersion is the seq of the latest membership or governance
+	// event; a client holding an older member list asks member_changes.
+	MemberVersion int64 `json:"member_version"`
+	// Role is the user's role in the session: owner, admin or member.
+	Role string `json:"role,omitempty"`
 }
 
 // ChangesResult answers changes: every session of the user.

@@ -251,3 +251,61 @@ func roleName(r imv1.GroupRole) string {
 	}
 	return RoleMember
 }
+
+// Member queries.
+const (
+	// OpMemberList pages through a session's current members.
+	OpMemberList = "member_list"
+	// OpMemberChanges returns what changed in a session's members since a
+	// member version.
+	OpMemberChanges = "member_changes"
+)
+
+// MemberListResult answers member_list: up to limit members whose user ID
+// sorts after after_user_id, in user ID order.
+type MemberListResult struct {
+	Op        string       `json:"op"`
+	ReqID     string       `json:"req_id,omitempty"`
+	SessionID string       `json:"session_id"`
+	Members   []MemberInfo `json:"members"`
+	// HasMore: ask again with after_user_id = the last user_id.
+	HasMore bool `json:"has_more"`
+	// MemberVersion is the session's member version the page was read at
+	// (at least; the store may have moved on between pages).
+	MemberVersion int64 `json:"member_version"`
+}
+
+// MemberInfo is one current member.
+type MemberInfo struct {
+	UserID    string `json:"user_id"`
+	Role      string `json:"role"`
+	JoinedSeq int64  `json:"joined_seq"`
+}
+
+// MemberChangesResult answers member_changes: each user whose membership,
+// role or mute changed after since_version and up to member_version, once,
+// in its state as of member_version.
+type MemberChangesResult struct {
+	Op        string         `json:"op"`
+	ReqID     string         `json:"req_id,omitempty"`
+	SessionID string         `json:"session_id"`
+	Changes   []MemberChange `json:"changes"`
+	// MemberVersion is what this page brings the client to: pass it as the
+	// next since_version.
+	MemberVersion int64 `json:"member_version"`
+	// HasMore: more changes follow; ask again from member_version.
+	HasMore bool `json:"has_more"`
+}
+
+// MemberChange is one user's change: Member false means they left or were
+// removed (Role and MutedUntilMs then absent). Role is set when the user
+// joined or their role changed within the range; MutedUntilMs (0: unmuted)
+// when a mute changed.
+type MemberChange struct {
+	UserID       string `json:"user_id"`
+	Member       bool   `json:"member"`
+	Role         string `json:"role,omitempty"`
+	MutedUntilMs *int64 `json:"muted_until_ms,omitempty"`
+	// Seq is the seq of the user's latest change in the range.
+	Seq int64 `json:"seq"`
+}
