@@ -68,14 +68,14 @@ func TestGroupRacesDecidedInLogOrder(t *testing.T) {
 		return id
 	}
 	type round struct {
-		session                    string
-		demote, kickByAdm1         int64 // seqs; 0: refused
-		kickByAdm2, adm2KicksAdm1  int64
-		adm1KicksAdm2              int64
-		memSends                   []int64
-		memRefused                 int
-		lastSeq                    int64
-		answers                    map[string]int64 // client_msg_id -> seq (0 refused)
+		session                   string
+		demote, kickByAdm1        int64 // seqs; 0: refused
+		kickByAdm2, adm2KicksAdm1 int64
+		adm1KicksAdm2             int64
+		memSends                  []int64
+		memRefused                int
+		lastSeq                   int64
+		answers                   map[string]int64 // client_msg_id -> seq (0 refused)
 	}
 	const rounds = 12
 	var rs []*round
