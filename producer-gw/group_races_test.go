@@ -229,3 +229,76 @@ func TestGroupRacesDecidedInLogOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupStateFromSnapshot: with snapshots every 200 ms, a sequencer
+// killed -9 and restarted rebuilds its group state from the snapshot plus
+// the log after it (its log says so), and decides by both the snapshot's
+// changes (a role) and the tail's (a mute made after the snapshot).
+func TestGroupStateFromSnapshot(t *testing.T) {
+	p := newPipelineNoProcs(t)
+	p.startSome([]string{"SEQUENCER_GROUP_SNAPSHOT_INTERVAL=200ms"}, "sequencer", "persister", "pusher")
+	gw := p.gateway(map[string]string{"GATEWAY_RATE_PER_USER": "100000"})
+	own, adm, mem := user("own"), user("adm"), user("mem")
+	co, ca, cm := p.connect(gw, own, "d1"), p.connect(gw, adm, "d1"), p.connect(gw, mem, "d1")
+	var sids []string
+	for range 8 { // groups over several partitions
+		sid, _ := createGroup(co, adm, mem)
+		mustOK(co, map[string]any{"op": "group", "action": "set_role", "session_id": sid, "user_id": adm, "role": "admin"})
+		sids = append(sids, sid)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for { // every partition's snapshot holds the role changes
+		var n int
+		if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM group_snapshot_sessions WHERE topic = $1`, p.topics.Sequenced).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == len(sids) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d groups in snapshots", n, len(sids))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// After the snapshots: the sequencer is stopped before its next one,
+	// so these mutes are only in the log's tail.
+	p.procs["sequencer"].Kill()
+	if err := p.procs["sequencer"].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, sid := range sids {
+		mustOK(ca, map[string]any{"op": "group", "action": "mute", "session_id": sid, "user_id": mem, "muted_until_ms": time.Now().Add(time.Hour).UnixMilli()})
+	}
+	p.procs["sequencer"].Kill()
+	if err := p.procs["sequencer"].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, sid := range sids {
+		f := final(cm, func() string {
+			id := newID()
+			cm.send(map[string]any{"op": "send", "client_msg_id": id, "session_id": sid, "type": "text", "body": "hi"})
+			return id
+		}())
+		if _, code := outcome(f); code != "muted" {
+			t.Errorf("%s: the muted member's send answered %+v, want muted", sid, f)
+		}
+		if seq, code := outcome(final(ca, func() string {
+			id := newID()
+			ca.send(map[string]any{"op": "group", "action": "mute_all", "client_msg_id": id, "session_id": sid, "muted": true})
+			return id
+		}())); seq == 0 {
+			t.Errorf("%s: the admin's mute_all refused (%s): the role from the snapshot was lost", sid, code)
+		}
+	}
+	if !p.procs["sequencer"].LogContains(`"from_snapshot":true`) {
+		t.Errorf("the restarted sequencer never rebuilt from a snapshot")
+	}
+	l, err := logcheck.Read(ctx, p.st.KafkaBrokers, p.topics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.NotAllowed) > 0 {
+		t.Errorf("the rules refuse events of the log: %v", l.NotAllowed)
+	}
+}

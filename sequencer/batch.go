@@ -464,6 +464,10 @@ func (b *batch) commit(s *Sequencer) {
 		n += len(pb.items)
 		pb.st.book.Commit()
 		pb.st.groups.Commit()
+		if last := pb.lastSequenced(s.cfg.Topics.Sequenced); last >= 0 {
+			pb.st.groupsNext = last + 1
+		}
+		s.groupSnapshot(pb.p, pb.st)
 		before := pb.st.window.Evicted
 		for i := range pb.items {
 			it := &pb.items[i]

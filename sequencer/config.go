@@ -44,6 +44,11 @@ type Config struct {
 	// MaxGroupMembers: SEQUENCER_MAX_GROUP_MEMBERS, default 200000: an add
 	// or join past it is refused with group_full (internal/groups).
 	MaxGroupMembers int
+	// GroupSnapshotInterval: SEQUENCER_GROUP_SNAPSHOT_INTERVAL, default 30s;
+	// 0 turns snapshots off. At most this often a partition's changed group
+	// states are saved to PostgreSQL with the offset they hold for, so a
+	// new owner reads only the log after it (README, "Group rules").
+	GroupSnapshotInterval time.Duration
 	// MaxPollRecords: SEQUENCER_MAX_POLL_RECORDS per transaction, default
 	// 5000, at most Step: a transaction then never carries more than a step
 	// of one session's messages, so a crash mid-transaction loses at most one
@@ -115,6 +120,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		DedupWindow:       e.Duration("SEQUENCER_DEDUP_WINDOW", 24*time.Hour, time.Second, 30*24*time.Hour),
 		DedupMaxEntries:   e.Int("SEQUENCER_DEDUP_MAX_ENTRIES", 2_000_000, 1000, 1<<30),
 		MaxGroupMembers:   e.Int("SEQUENCER_MAX_GROUP_MEMBERS", groups.DefaultMaxMembers, 2, 10_000_000),
+		GroupSnapshotInterval: e.Duration("SEQUENCER_GROUP_SNAPSHOT_INTERVAL", 30*time.Second, 0, time.Hour),
 		MaxPollRecords:    e.Int("SEQUENCER_MAX_POLL_RECORDS", 5000, 1, 1_000_000),
 		MergeWait:         e.Duration("SEQUENCER_POLL_MERGE_WAIT", 5*time.Millisecond, 0, time.Second),
 		TxnFloor:          e.Duration("SEQUENCER_TXN_FLOOR", 12*time.Millisecond, 0, time.Second),

@@ -25,6 +25,11 @@ type metrics struct {
 	released      prometheus.Counter
 	directAcks    *prometheus.CounterVec // by result: sent, no_receiver, failed, dropped
 	directAckSecs prometheus.Histogram
+	// group state: restores by source (from_snapshot true/false), saves
+	// by result (saved, stale, failed)
+	groupRestoreSecs *prometheus.HistogramVec
+	groupSnapshots   *prometheus.CounterVec
+	groupSnapSecs    prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -93,6 +98,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help:    "From a transaction's End returning committed to its direct ACKs written to the sender's gateway (the oldest transaction of a send).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 1.5, 28),
 	})
+	m.groupRestoreSecs = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "seqflow_sequencer_group_restore_seconds", Help: "Time to rebuild a partition's group state, by whether it started from a snapshot.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+	}, []string{"from_snapshot"})
+	m.groupSnapshots = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seqflow_sequencer_group_snapshots_total", Help: "Group state snapshots, by result: saved, stale (a newer one is stored), failed.",
+	}, []string{"result"})
+	m.groupSnapSecs = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "seqflow_sequencer_group_snapshot_seconds", Help: "Time to save one group state snapshot.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	})
+	reg.MustRegister(m.groupRestoreSecs, m.groupSnapshots, m.groupSnapSecs)
 	reg.MustRegister(m.directAcks, m.directAckSecs, m.records, m.batchSize, m.txnSeconds, m.uplinkWait, m.merges, m.stageSeconds, m.renewals, m.renewSeconds, m.renewErrors,
 		m.restores, m.restoreSecs, m.dedupEvicted, m.lag, m.sessionsReset, m.released)
 	return m

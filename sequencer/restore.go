@@ -126,13 +126,26 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 }
 
 // restoreGroups rebuilds partition p's governed sessions (internal/groups)
-// from the committed sequenced log, from the partition's start up to lso,
-// the stable offset restoreWindow waited for: every event the previous
-// owners committed. Only records whose event type can change group state
-// are decoded.
-func (s *Sequencer) restoreGroups(ctx context.Context, p int32, lso int64) (*groups.Partition, eventlog.ReadStats, error) {
-	gp := groups.NewPartition(s.cfg.MaxGroupMembers)
-	st, err := eventlog.ReadCommitted(ctx, eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore"), s.cfg.Topics.Sequenced, p, -1, lso,
+// from the committed sequenced log up to lso, the stable offset
+// restoreWindow waited for: every event the previous owners committed. It
+// starts from the partition's group snapshot when one is stored (and holds
+// for an offset at or below lso), else from the partition's start. Only
+// records whose event type can change group state are decoded.
+func (s *Sequencer) restoreGroups(ctx context.Context, p int32, lso int64) (*groups.Partition, eventlog.ReadStats, bool, error) {
+	topic := s.cfg.Topics.Sequenced
+	gp, from, fromSnapshot := groups.NewPartition(s.cfg.MaxGroupMembers), int64(-1), false
+	if s.snaps != nil && s.cfg.GroupSnapshotInterval > 0 {
+		sp, next, found, err := s.snaps.Load(ctx, topic, p, s.cfg.MaxGroupMembers)
+		switch {
+		case err != nil:
+			s.log.Warn("group snapshot unreadable; rebuilding from the partition's start", "partition", p, "err", err)
+		case found && next <= lso:
+			gp, from, fromSnapshot = sp, next, true
+		case found:
+			s.log.Warn("group snapshot is ahead of the log; rebuilding from the partition's start", "partition", p, "snapshot_offset", next, "stable_offset", lso)
+		}
+	}
+	st, err := eventlog.ReadCommitted(ctx, eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore"), topic, p, from, lso,
 		membership.DefaultReplayStall, func(r *kgo.Record) {
 			if !groups.Affects(eventlog.Header(r, schemas.HeaderEventType)) {
 				return
@@ -148,7 +161,7 @@ func (s *Sequencer) restoreGroups(ctx context.Context, p int32, lso int64) (*gro
 			gp.Replay(&ev)
 		})
 	if err != nil {
-		return nil, st, fmt.Errorf("rebuild group state: %w", err)
+		return nil, st, fromSnapshot, fmt.Errorf("rebuild group state: %w", err)
 	}
-	return gp, st, nil
+	return gp, st, fromSnapshot, nil
 }

@@ -54,6 +54,7 @@ type Sequencer struct {
 	instanceHeader kgo.RecordHeader
 	tracer         trace.Tracer
 	acks           *acker // nil: no direct ACKs (Config.DirectAck)
+	snaps          *groups.SnapshotStore
 }
 
 // partState is what the sequencer holds for one assigned uplink partition.
@@ -64,7 +65,11 @@ type partState struct {
 	book    *segment.Book
 	window  *dedup.Window
 	groups  *groups.Partition // governed sessions, as of the last committed batch
-	dropped atomic.Bool
+	// groupsNext is the offset of im.sequenced.v1 the group state holds
+	// for: every committed event before it applied.
+	groupsNext int64
+	snap       snapshotter
+	dropped    atomic.Bool
 }
 
 // New builds a sequencer; it connects to nothing until Run.
@@ -91,6 +96,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 	}
 	defer pool.Close()
 	s.pool = pool
+	s.snaps = groups.NewSnapshotStore(pool)
 	if s.store == nil {
 		s.store = segment.NewPGStore(pool, int64(s.cfg.Step))
 	}
@@ -384,6 +390,7 @@ func (s *Sequencer) runSession(ctx context.Context, gen *msgid.Generator) error 
 		}
 		if fetches.NumRecords() == 0 {
 			sess.AllowRebalance()
+			s.idleSnapshots()
 			continue
 		}
 		fetches.EachRecord(func(r *kgo.Record) { s.m.uplinkWait.Observe(max(0, polled.Sub(r.Timestamp).Seconds())) })
@@ -433,7 +440,15 @@ func (s *Sequencer) leaveGroup(member string) {
 // the previous transaction go into this one.
 func (s *Sequencer) poll(ctx context.Context, sess *kgo.GroupTransactSession, prev time.Time) (kgo.Fetches, time.Time) {
 	start := time.Now()
-	fetches := sess.PollRecords(ctx, s.cfg.MaxPollRecords)
+	// With snapshots on, an idle poll returns after the interval, so the
+	// changes of the last batches are saved (idleSnapshots) even when no
+	// other batch follows them.
+	pctx, cancel := ctx, context.CancelFunc(func() {})
+	if s.snaps != nil && s.cfg.GroupSnapshotInterval > 0 {
+		pctx, cancel = context.WithTimeout(ctx, s.cfg.GroupSnapshotInterval)
+	}
+	fetches := sess.PollRecords(pctx, s.cfg.MaxPollRecords)
+	cancel()
 	polled := time.Now()
 	n := fetches.NumRecords()
 	if ctx.Err() != nil || n == 0 || n >= s.cfg.MaxPollRecords {
@@ -631,15 +646,17 @@ func (s *Sequencer) state(ctx context.Context, p int32) (*partState, error) {
 	}
 	s.log.Info("dedup window rebuilt", "partition", p, "entries", n, "elapsed", time.Since(start).Round(time.Millisecond))
 	gstart := time.Now()
-	gp, gst, err := s.restoreGroups(ctx, p, lso)
+	gp, gst, fromSnapshot, err := s.restoreGroups(ctx, p, lso)
 	if err != nil {
 		return nil, err
 	}
+	s.m.groupRestoreSecs.WithLabelValues(strconv.FormatBool(fromSnapshot)).Observe(time.Since(gstart).Seconds())
 	s.m.restores.Inc()
 	s.m.restoreSecs.Observe(time.Since(start).Seconds())
-	s.log.Info("group state rebuilt", "partition", p, "sessions", gp.Sessions(), "records", gst.Records,
+	s.log.Info("group state rebuilt", "partition", p, "sessions", gp.Sessions(), "from_snapshot", fromSnapshot, "records", gst.Records,
 		"from", gst.From, "until", gst.Until, "elapsed", time.Since(gstart).Round(time.Millisecond))
-	st = &partState{book: segment.NewBook(int64(s.cfg.Step), 0), window: w, groups: gp}
+	st = &partState{book: segment.NewBook(int64(s.cfg.Step), 0), window: w, groups: gp, groupsNext: lso}
+	st.snap.last = time.Now()
 	st.book.Resume(last)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -97,6 +97,11 @@ func (p *Partition) removeMember(id string, s *Session, user string) {
 
 // apply changes the state as the accepted (and sealed) command c says.
 func (p *Partition) apply(c command) {
+	if c.create != nil || c.membership != nil || c.group != nil {
+		if p.sessions[c.session] != nil || c.create != nil {
+			p.markDirty(c.session)
+		}
+	}
 	if cr := c.create; cr != nil {
 		if p.sessions[c.session] != nil {
 			return // a second create in the log: the first one stands

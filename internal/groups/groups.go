@@ -101,6 +101,7 @@ type Partition struct {
 
 	journaling bool
 	journal    []undo
+	dirty      map[string]struct{} // changed since the last TakeDirty
 }
 
 // NewPartition returns an empty partition whose groups hold at most
