@@ -62,9 +62,9 @@ type Sequencer struct {
 // revocation, so a partition that comes back starts from the log and
 // PostgreSQL again.
 type partState struct {
-	book    *segment.Book
-	window  *dedup.Window
-	groups  *groups.Partition // governed sessions, as of the last committed batch
+	book   *segment.Book
+	window *dedup.Window
+	groups *groups.Partition // governed sessions, as of the last committed batch
 	// groupsNext is the offset of im.sequenced.v1 the group state holds
 	// for: every committed event before it applied.
 	groupsNext int64
