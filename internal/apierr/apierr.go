@@ -37,6 +37,7 @@ var registry = map[imv1.ErrorCode]Entry{
 	imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED: {"missing or invalid bearer token", false, http.StatusUnauthorized},
 	imv1.ErrorCode_ERROR_CODE_TOKEN_EXPIRED:   {"the bearer token has expired; get a new one", false, http.StatusUnauthorized},
 	imv1.ErrorCode_ERROR_CODE_FORBIDDEN:       {"not allowed", false, http.StatusForbidden},
+	imv1.ErrorCode_ERROR_CODE_SIGNED_OUT:      {"this device was signed out; sign in again for a new token", false, http.StatusUnauthorized},
 
 	imv1.ErrorCode_ERROR_CODE_RATE_LIMITED:       {"too many requests; slow down and retry later", true, http.StatusTooManyRequests},
 	imv1.ErrorCode_ERROR_CODE_TOO_MANY_IN_FLIGHT: {"too many sends awaiting their ACK on this connection; retry after one completes", true, http.StatusTooManyRequests},

@@ -38,10 +38,14 @@ const (
 	// JSON that parsers read differently: the same key twice in one object
 	// (at any depth), a key that differs from a protocol field only in
 	// letter case, or an escaped lone surrogate ("\ud800") in a string.
-	ErrorCode_ERROR_CODE_AMBIGUOUS_JSON     ErrorCode = 1007
-	ErrorCode_ERROR_CODE_UNAUTHENTICATED    ErrorCode = 2001
-	ErrorCode_ERROR_CODE_TOKEN_EXPIRED      ErrorCode = 2002
-	ErrorCode_ERROR_CODE_FORBIDDEN          ErrorCode = 2003
+	ErrorCode_ERROR_CODE_AMBIGUOUS_JSON  ErrorCode = 1007
+	ErrorCode_ERROR_CODE_UNAUTHENTICATED ErrorCode = 2001
+	ErrorCode_ERROR_CODE_TOKEN_EXPIRED   ErrorCode = 2002
+	ErrorCode_ERROR_CODE_FORBIDDEN       ErrorCode = 2003
+	// The token's device was signed out (by the user, from any of their
+	// devices) after the token was issued: the token never works again; the
+	// device signs in again for a new one.
+	ErrorCode_ERROR_CODE_SIGNED_OUT         ErrorCode = 2004
 	ErrorCode_ERROR_CODE_RATE_LIMITED       ErrorCode = 3001
 	ErrorCode_ERROR_CODE_TOO_MANY_IN_FLIGHT ErrorCode = 3002
 	// A WebSocket frame or HTTP body over the gateway's frame limit.
@@ -87,6 +91,7 @@ var (
 		2001: "ERROR_CODE_UNAUTHENTICATED",
 		2002: "ERROR_CODE_TOKEN_EXPIRED",
 		2003: "ERROR_CODE_FORBIDDEN",
+		2004: "ERROR_CODE_SIGNED_OUT",
 		3001: "ERROR_CODE_RATE_LIMITED",
 		3002: "ERROR_CODE_TOO_MANY_IN_FLIGHT",
 		3003: "ERROR_CODE_FRAME_TOO_LARGE",
@@ -119,6 +124,7 @@ var (
 		"ERROR_CODE_UNAUTHENTICATED":    2001,
 		"ERROR_CODE_TOKEN_EXPIRED":      2002,
 		"ERROR_CODE_FORBIDDEN":          2003,
+		"ERROR_CODE_SIGNED_OUT":         2004,
 		"ERROR_CODE_RATE_LIMITED":       3001,
 		"ERROR_CODE_TOO_MANY_IN_FLIGHT": 3002,
 		"ERROR_CODE_FRAME_TOO_LARGE":    3003,
@@ -172,7 +178,7 @@ var File_seqflow_im_v1_errors_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1aseqflow/im/v1/errors.proto\x12\rseqflow.im.v1*\x99\a\n" +
+	"\x1aseqflow/im/v1/errors.proto\x12\rseqflow.im.v1*\xb5\a\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x14ERROR_CODE_BAD_FRAME\x10\xe9\a\x12\x1d\n" +
@@ -184,7 +190,8 @@ const file_seqflow_im_v1_errors_proto_rawDesc = "" +
 	"\x19ERROR_CODE_AMBIGUOUS_JSON\x10\xef\a\x12\x1f\n" +
 	"\x1aERROR_CODE_UNAUTHENTICATED\x10\xd1\x0f\x12\x1d\n" +
 	"\x18ERROR_CODE_TOKEN_EXPIRED\x10\xd2\x0f\x12\x19\n" +
-	"\x14ERROR_CODE_FORBIDDEN\x10\xd3\x0f\x12\x1c\n" +
+	"\x14ERROR_CODE_FORBIDDEN\x10\xd3\x0f\x12\x1a\n" +
+	"\x15ERROR_CODE_SIGNED_OUT\x10\xd4\x0f\x12\x1c\n" +
 	"\x17ERROR_CODE_RATE_LIMITED\x10\xb9\x17\x12\"\n" +
 	"\x1dERROR_CODE_TOO_MANY_IN_FLIGHT\x10\xba\x17\x12\x1f\n" +
 	"\x1aERROR_CODE_FRAME_TOO_LARGE\x10\xbb\x17\x12\x1c\n" +
