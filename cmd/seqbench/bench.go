@@ -41,7 +41,7 @@ func (b *Bench) Run(ctx context.Context) error {
 	facts := machineFacts(b.cfg.Root)
 	r := newResults()
 	phases := map[string]func(context.Context, *Results) error{
-		"sequencer": b.sequencer, "alloc": b.alloc, "persister": b.persister,
+		"sequencer": b.sequencer, "alloc": b.alloc, "persister": b.persister, "groups": b.groups,
 		"e2e": b.e2e, "idle": b.idle, "fanout": b.fanout,
 		"replay": b.replay, "replay_live": b.replayLive,
 	}
@@ -201,6 +201,25 @@ func (b *Bench) alloc(ctx context.Context, r *Results) error {
 		r.set(k.key, v, cmd)
 	}
 	return errors.Join(errs...)
+}
+
+// groups runs the group state snapshot benchmark: saving and loading the
+// snapshot of a 100,000-member group, what a new owner of a partition
+// pays before it reads the log after the snapshot.
+func (b *Bench) groups(ctx context.Context, r *Results) error {
+	cmd := "go test -run XXX -bench BenchmarkSnapshot_100k -benchtime 5x ./internal/groups"
+	lines, err := b.goBench(ctx, filepath.Join(b.logDir, "groups.log"), nil, "./internal/groups", "BenchmarkSnapshot_100k", "-benchtime", "5x")
+	if err != nil {
+		return err
+	}
+	save, err1 := metric(lines, "BenchmarkSnapshot_100k", "save_ms")
+	load, err2 := metric(lines, "BenchmarkSnapshot_100k", "load_ms")
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	r.set("group_snapshot_save_100k_ms", save, cmd)
+	r.set("group_snapshot_load_100k_ms", load, cmd)
+	return nil
 }
 
 // persister runs the persister's write path against a raw COPY of the

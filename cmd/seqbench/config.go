@@ -12,7 +12,7 @@ import (
 )
 
 // Phases are the benchmark phases in the order they run.
-var Phases = []string{"sequencer", "alloc", "persister", "e2e", "idle", "fanout", "replay", "replay_live"}
+var Phases = []string{"sequencer", "alloc", "persister", "groups", "e2e", "idle", "fanout", "replay", "replay_live"}
 
 // Config is the benchmark run, from environment variables.
 type Config struct {

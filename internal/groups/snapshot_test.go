@@ -3,9 +3,11 @@ package groups
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -92,4 +94,66 @@ func TestSnapshotPlusTailEqualsTheLog(t *testing.T) {
 	if err := store.Save(ctx, topic, 0, 1, map[string]*imv1.GroupState{}); !errors.Is(err, ErrStaleSnapshot) {
 		t.Fatalf("a save at offset 1 after later ones: %v, want ErrStaleSnapshot", err)
 	}
+}
+
+// BenchmarkSnapshot_100k saves and loads the snapshot of a partition
+// holding one 100,000-member group on the real PostgreSQL: what a new
+// owner of the partition pays before reading the log's tail (seqbench
+// keys group_snapshot_save_100k_ms, group_snapshot_load_100k_ms).
+func BenchmarkSnapshot_100k(b *testing.B) {
+	st := stack.Require(b, "pg")
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, st.PGURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if _, err := migrate.Up(ctx, pool, ""); err != nil {
+		b.Fatal(err)
+	}
+	store := NewSnapshotStore(pool)
+	topic := "b-" + uuid.NewString()[:8] + ".im.sequenced.v1"
+	b.Cleanup(func() {
+		_, _ = pool.Exec(ctx, `DELETE FROM group_snapshot_sessions WHERE topic = $1`, topic)
+		_, _ = pool.Exec(ctx, `DELETE FROM group_snapshots WHERE topic = $1`, topic)
+	})
+	p := NewPartition(0)
+	members := make([]string, 0, 10_000)
+	for i := range 100_000 {
+		members = append(members, fmt.Sprintf("user-%06d", i))
+		if len(members) == cap(members) {
+			var u *imv1.Uplink
+			if i < 10_000 {
+				u = &imv1.Uplink{SessionId: "g-big", SenderUserId: "owner", Command: &imv1.Uplink_SessionCreate{SessionCreate: &imv1.SessionCreate{
+					Kind: imv1.SessionKind_SESSION_KIND_GROUP, MemberUserIds: members}}}
+			} else {
+				u = &imv1.Uplink{SessionId: "g-big", SenderUserId: "owner", Command: &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{
+					Op: imv1.MembershipChange_OP_ADD, UserIds: members}}}
+			}
+			if r := p.Sequence(u, 1); r != nil {
+				b.Fatal(r)
+			}
+			members = make([]string, 0, 10_000)
+		}
+	}
+	if n := len(p.Session("g-big").Members); n != 100_001 {
+		b.Fatalf("the group has %d members", n)
+	}
+	var save, load time.Duration
+	for i := 0; b.Loop(); i++ {
+		p.MarkDirty([]string{"g-big"})
+		start := time.Now()
+		if err := store.Save(ctx, topic, 0, int64(i+1), p.TakeDirty()); err != nil {
+			b.Fatal(err)
+		}
+		save += time.Since(start)
+		start = time.Now()
+		got, _, found, err := store.Load(ctx, topic, 0, 0)
+		if err != nil || !found || len(got.Session("g-big").Members) != 100_001 {
+			b.Fatalf("load: found %v, err %v", found, err)
+		}
+		load += time.Since(start)
+	}
+	b.ReportMetric(float64(save.Milliseconds())/float64(b.N), "save_ms")
+	b.ReportMetric(float64(load.Milliseconds())/float64(b.N), "load_ms")
 }
