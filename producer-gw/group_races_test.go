@@ -294,6 +294,31 @@ func TestGroupStateFromSnapshot(t *testing.T) {
 	if !p.procs["sequencer"].LogContains(`"from_snapshot":true`) {
 		t.Errorf("the restarted sequencer never rebuilt from a snapshot")
 	}
+
+	// The pusher: restarted, it rebuilds membership from a snapshot and
+	// the log after it; a user added late and the first members both get
+	// a message it pushes.
+	late := user("late")
+	cl := p.connect(gw, late, "d1")
+	for _, sid := range sids {
+		mustOK(co, map[string]any{"op": "members", "action": "add", "session_id": sid, "user_ids": []string{late}})
+	}
+	for _, sid := range sids { // the pusher has pushed the adds: it is past them
+		cl.expect("the add of "+sid, func(f frame) bool { return f.Op == wire.OpEvent && f.Event.SessionID == sid && f.Event.Kind == "membership" })
+	}
+	p.procs["pusher"].Kill()
+	if err := p.procs["pusher"].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	p.waitReady("pusher")
+	for _, sid := range sids {
+		seq := mustOK(co, map[string]any{"op": "send", "session_id": sid, "type": "text", "body": "after the pusher's restart"}).Seq
+		cl.eventOf(sid, seq)
+		ca.eventOf(sid, seq)
+	}
+	if !p.procs["pusher"].LogContains(`"from_snapshot":true`) {
+		t.Errorf("the restarted pusher never rebuilt membership from a snapshot")
+	}
 	l, err := logcheck.Read(ctx, p.st.KafkaBrokers, p.topics)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,11 @@ type Config struct {
 	// mean a Redis Cluster (required). Presence is read here, and the redis
 	// transport publishes here.
 	RedisAddrs []string
+	// PGURL: SEQFLOW_PG_URL, optional. When set, a partition's membership
+	// is rebuilt from the sequencer's group snapshot (when one holds for an
+	// offset at or before where the pusher resumes) and the log after it,
+	// instead of the partition's whole history.
+	PGURL string
 	// Topics: names under SEQFLOW_TOPIC_PREFIX, default no prefix.
 	Topics eventlog.Topics
 	// Group: PUSHER_GROUP, the consumer group, default "seqflow-pusher".
@@ -109,6 +114,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 	c := Config{
 		Brokers:             e.List("SEQFLOW_KAFKA_BROKERS", nil),
 		RedisAddrs:          e.List("SEQFLOW_REDIS_ADDR", nil),
+		PGURL:               e.Optional("SEQFLOW_PG_URL", ""),
 		Topics:              eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
 		Group:               e.String("PUSHER_GROUP", "seqflow-pusher"),
 		InstanceID:          e.String("PUSHER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -22,6 +23,7 @@ import (
 	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/groups"
 	"github.com/seqflow/seqflow/internal/membership"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/telemetry"
@@ -52,6 +54,8 @@ type Pusher struct {
 	// offlineQ carries each poll's offline notifications to offlineLoop,
 	// so the poll loop never waits for the producer's buffer.
 	offlineQ chan offlineJob
+
+	snaps *groups.SnapshotStore // nil: no PostgreSQL, replays read whole partitions
 
 	mu          sync.Mutex
 	parts       map[int32]*membership.Partition // sequenced partitions with rebuilt membership
@@ -107,6 +111,14 @@ func (p *Pusher) Run(ctx context.Context) error {
 	defer telemetry.Flush(shutdown, p.log)
 	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: p.cfg.RedisAddrs})
 	defer rdb.Close()
+	if p.cfg.PGURL != "" {
+		pool, err := pgxpool.New(ctx, p.cfg.PGURL)
+		if err != nil {
+			return fmt.Errorf("connect postgres: %w", err)
+		}
+		defer pool.Close()
+		p.snaps = groups.NewSnapshotStore(pool)
+	}
 	store := presence.New(rdb, time.Minute)
 	p.presence = store
 	var cache *presence.Cache
@@ -475,6 +487,25 @@ func (p *Pusher) route(ctx context.Context, parts []kgo.FetchTopicPartition) []r
 	return out
 }
 
+// replay rebuilds partition's membership up to until: from the group
+// snapshot when one holds for an offset at or before until, else from the
+// partition's start.
+func (p *Pusher) replay(ctx context.Context, topic string, partition int32, until int64) (*membership.Partition, membership.ReplayStats, bool, error) {
+	opts := eventlog.ClientOpts(p.cfg.Brokers, "seqflow-pusher-replay")
+	if p.snaps != nil {
+		gp, next, found, err := p.snaps.Load(ctx, topic, partition, 0)
+		switch {
+		case err != nil:
+			p.log.Warn("group snapshot unreadable; membership replays the partition's start", "partition", partition, "err", err)
+		case found && next <= until:
+			mp, st, err := membership.ReplayFrom(ctx, opts, topic, partition, membership.FromGroups(gp), next, until, 0)
+			return mp, st, true, err
+		}
+	}
+	mp, st, err := membership.Replay(ctx, opts, topic, partition, until, 0)
+	return mp, st, false, err
+}
+
 // ensureMembership replays, in parallel, every partition of parts that has
 // no membership yet, up to the partition's first record in this poll.
 func (p *Pusher) ensureMembership(ctx context.Context, parts []kgo.FetchTopicPartition) {
@@ -491,7 +522,7 @@ func (p *Pusher) ensureMembership(ctx context.Context, parts []kgo.FetchTopicPar
 		wg.Go(func() {
 			start := time.Now()
 			until := fp.Records[0].Offset
-			mp, st, err := membership.Replay(ctx, eventlog.ClientOpts(p.cfg.Brokers, "seqflow-pusher-replay"), fp.Topic, fp.Partition, until, 0)
+			mp, st, fromSnapshot, err := p.replay(ctx, fp.Topic, fp.Partition, until)
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if err != nil {
@@ -507,7 +538,7 @@ func (p *Pusher) ensureMembership(ctx context.Context, parts []kgo.FetchTopicPar
 			p.m.replays.Inc()
 			p.m.replaySeconds.Observe(time.Since(start).Seconds())
 			p.m.replayRecords.Add(float64(st.Records))
-			p.log.Info("membership rebuilt from the log", "partition", fp.Partition, "offset", until,
+			p.log.Info("membership rebuilt from the log", "partition", fp.Partition, "offset", until, "from_snapshot", fromSnapshot,
 				"records", st.Records, "sessions", mp.Sessions(), "elapsed", time.Since(start).Round(time.Millisecond))
 		})
 	}

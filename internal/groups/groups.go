@@ -117,6 +117,13 @@ func NewPartition(maxMembers int) *Partition {
 // caller must not modify it.
 func (p *Partition) Session(id string) *Session { return p.sessions[id] }
 
+// Each calls fn for every governed session (do not modify s).
+func (p *Partition) Each(fn func(id string, s *Session)) {
+	for id, s := range p.sessions {
+		fn(id, s)
+	}
+}
+
 // Sessions returns how many governed sessions p holds.
 func (p *Partition) Sessions() int { return len(p.sessions) }
 

@@ -19,6 +19,7 @@ package membership
 import (
 	"slices"
 
+	"github.com/seqflow/seqflow/internal/groups"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -143,4 +144,21 @@ func (p *Partition) Apply(ev *imv1.SequencedEvent) Result {
 // decoding the rest; eventType is the record's seqflow-event-type header.
 func Affects(eventType string) bool {
 	return eventType == "session_create" || eventType == "membership" || eventType == "group" || eventType == ""
+}
+
+// FromGroups is the membership of the governed sessions of gp (a group
+// state snapshot, internal/groups): their members, as of the snapshot's
+// offset. Sessions without a session_create are not in a snapshot; a
+// caller starting from one loses their members (the gateway never makes
+// such sessions).
+func FromGroups(gp *groups.Partition) *Partition {
+	p := NewPartition()
+	gp.Each(func(id string, g *groups.Session) {
+		s := &session{members: make(map[string]struct{}, len(g.Members))}
+		for u := range g.Members {
+			s.members[u] = struct{}{}
+		}
+		p.sessions[id] = s
+	})
+	return p
 }

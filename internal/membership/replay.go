@@ -38,12 +38,17 @@ type ReplayStats struct {
 // it, and a broker that does not answer must not hold that loop for as
 // long as ctx lives.
 func Replay(ctx context.Context, opts []kgo.Opt, topic string, p int32, until int64, stall time.Duration) (*Partition, ReplayStats, error) {
+	return ReplayFrom(ctx, opts, topic, p, NewPartition(), -1, until, stall)
+}
+
+// ReplayFrom is Replay starting from part, the membership as of offset
+// from (a snapshot, see FromGroups), reading only [from, until).
+func ReplayFrom(ctx context.Context, opts []kgo.Opt, topic string, p int32, part *Partition, from, until int64, stall time.Duration) (*Partition, ReplayStats, error) {
 	if stall <= 0 {
 		stall = DefaultReplayStall
 	}
-	part := NewPartition()
 	var st ReplayStats
-	rs, err := eventlog.ReadCommitted(ctx, opts, topic, p, -1, until, stall, func(r *kgo.Record) {
+	rs, err := eventlog.ReadCommitted(ctx, opts, topic, p, from, until, stall, func(r *kgo.Record) {
 		if !Affects(eventlog.Header(r, schemas.HeaderEventType)) {
 			return
 		}
