@@ -304,7 +304,9 @@ func TestGroupStateFromSnapshot(t *testing.T) {
 		mustOK(co, map[string]any{"op": "members", "action": "add", "session_id": sid, "user_ids": []string{late}})
 	}
 	for _, sid := range sids { // the pusher has pushed the adds: it is past them
-		cl.expect("the add of "+sid, func(f frame) bool { return f.Op == wire.OpEvent && f.Event.SessionID == sid && f.Event.Kind == "membership" })
+		cl.expect("the add of "+sid, func(f frame) bool {
+			return f.Op == wire.OpEvent && f.Event.SessionID == sid && f.Event.Kind == "membership"
+		})
 	}
 	p.procs["pusher"].Kill()
 	if err := p.procs["pusher"].Restart(); err != nil {
