@@ -301,6 +301,9 @@ func TestBrowserChat(t *testing.T) {
 	wait[bool](bob, "caught up line", `[...document.querySelectorAll('#log li.catchup')].some((li) => li.textContent.includes('caught up 2 messages in 1 session'))`)
 	bob.sees(a3)
 	bob.sees(a4)
+	// The catch-up synced the group's members (member_changes): roles on
+	// screen, and the member version the store reported.
+	wait[bool](bob, "member sync", fmt.Sprintf(`Number(document.getElementById('conv-meta').dataset.memberVersion) >= 1 && document.querySelector('#conv-meta .members').textContent.includes(%q)`, aliceID+" (owner)"))
 	wait[bool](bob, "caught up divider", `[...document.querySelectorAll('#messages li.divider')].some((li) => li.textContent.includes('caught up 2 messages'))`)
 
 	t.Logf("chat, group and reconnect in %s", time.Since(start).Round(time.Millisecond))

@@ -41,6 +41,9 @@ function session(id) {
   if (!s) {
     s = {
       id, kind: id.startsWith('d-') ? 'direct' : 'group', title: '', members: new Set(),
+      roles: new Map(), // user → owner/admin/member, from member sync and group events
+      muted: new Map(), // user → muted until (ms), from member sync and group events
+      memberVersion: 0, // the member sync holds everything up to here
       events: new Map(), // seq → event as the gateway sent it
       synced: 0, // the store was complete up to here when last synced
       maxSeq: 0, // highest seq the gateway reported or we hold
@@ -293,6 +296,7 @@ async function catchUp(first) {
   for (const c of res.sessions || []) {
     const s = session(c.session_id);
     s.maxSeq = Math.max(s.maxSeq, c.max_seq);
+    if (c.member_version > s.memberVersion) await syncMembers(s);
     if (c.preview) s.preview = c.preview;
     if (first && c.max_seq - s.synced > FIRST_LOAD) {
       // Only recent history, plus the session's first event for its name.
@@ -306,6 +310,28 @@ async function catchUp(first) {
     }
   }
   return { total, moved };
+}
+
+// syncMembers brings s's members, roles and mutes up to the store's member
+// version with member_changes (docs/protocol.md, "Member list and member
+// sync"), page by page from the version the page holds.
+async function syncMembers(s) {
+  for (;;) {
+    const r = await request({ op: 'member_changes', session_id: s.id, since_version: s.memberVersion, limit: SYNC_PAGE });
+    for (const c of r.changes || []) {
+      if (!c.member) {
+        s.members.delete(c.user_id);
+        s.roles.delete(c.user_id);
+        s.muted.delete(c.user_id);
+        continue;
+      }
+      s.members.add(c.user_id);
+      if (c.role) s.roles.set(c.user_id, c.role);
+      if (c.muted_until_ms !== undefined) s.muted.set(c.user_id, c.muted_until_ms);
+    }
+    s.memberVersion = Math.max(s.memberVersion, r.member_version || 0);
+    if (!r.has_more) break;
+  }
 }
 
 // syncSession fetches events after s.synced, page by page, and returns how
@@ -339,7 +365,17 @@ function addEvent(ev, via) {
       s.title = ev.title || s.title;
       for (const u of ev.user_ids || []) s.members.add(u);
       s.members.add(ev.sender_user_id);
+      if (ev.session_kind !== 'direct' && !s.roles.has(ev.sender_user_id)) s.roles.set(ev.sender_user_id, 'owner');
       break;
+    case 'group': {
+      const g = ev.group || {};
+      if (ev.action === 'join') s.members.add(ev.sender_user_id);
+      if (ev.action === 'set_role') s.roles.set(g.user_id, g.role);
+      if (ev.action === 'transfer_ownership') { s.roles.set(g.user_id, 'owner'); s.roles.set(ev.sender_user_id, 'admin'); }
+      if (ev.action === 'mute') s.muted.set(g.user_id, g.muted_until_ms || 0);
+      if (ev.action === 'edit' && g.settings && g.settings.title !== undefined) s.title = g.settings.title;
+      break;
+    }
     case 'membership':
       for (const u of ev.user_ids || []) {
         if (ev.action === 'remove') s.members.delete(u);
@@ -626,9 +662,10 @@ function renderConversation() {
     return;
   }
   $('conv-title').textContent = sessionName(s);
+  $('conv-meta').dataset.memberVersion = String(s.memberVersion);
   $('conv-meta').replaceChildren(
     el('span', { class: `kind ${s.kind}` }, s.kind), ' ',
-    el('span', {}, [...s.members].sort().join(', ')), ' ',
+    el('span', { class: 'members' }, [...s.members].sort().map((u) => memberLabel(s, u)).join(', ')), ' ',
     el('code', { title: 'session_id' }, s.id));
   const stick = ol.scrollHeight - ol.scrollTop - ol.clientHeight < 40;
   const rows = [];
@@ -666,9 +703,33 @@ function eventRow(ev) {
     el('span', { class: 'meta' }, `${ev.edited ? 'edited · ' : ''}msg_id `, el('code', { class: 'msgid' }, ev.msg_id || ''), ` · ${when}`));
 }
 
+// memberLabel is a member as the header lists it: with its role when not
+// a plain member, and "muted" while muted.
+function memberLabel(s, u) {
+  const role = s.roles.get(u);
+  const muted = (s.muted.get(u) || 0) > Date.now();
+  return u + (role && role !== 'member' ? ` (${role})` : '') + (muted ? ' (muted)' : '');
+}
+
+function groupText(ev) {
+  const g = ev.group || {};
+  switch (ev.action) {
+    case 'join': return `${ev.sender_user_id} joined${g.by_invite_code ? ' with the invite code' : ''}`;
+    case 'set_role': return `${ev.sender_user_id} made ${g.user_id} ${g.role === 'admin' ? 'an admin' : 'a member'}`;
+    case 'transfer_ownership': return `${ev.sender_user_id} handed the group to ${g.user_id}`;
+    case 'mute': return g.muted_until_ms ? `${ev.sender_user_id} muted ${g.user_id} until ${new Date(g.muted_until_ms).toLocaleString()}` : `${ev.sender_user_id} unmuted ${g.user_id}`;
+    case 'mute_all': return `${ev.sender_user_id} ${g.muted ? 'muted' : 'unmuted'} the group`;
+    case 'edit': return `${ev.sender_user_id} edited the group`;
+    case 'dissolve': return `${ev.sender_user_id} dissolved the group`;
+    default: return `${ev.sender_user_id}: ${ev.action}`;
+  }
+}
+
 function systemText(ev) {
   const users = (ev.user_ids || []).join(', ');
   switch (ev.kind) {
+    case 'group':
+      return groupText(ev);
     case 'session_create':
       return ev.session_kind === 'direct'
         ? `${ev.sender_user_id} started a direct session with ${(ev.user_ids || []).filter((u) => u !== ev.sender_user_id).join(', ') || '?'}`
