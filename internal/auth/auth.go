@@ -1,7 +1,8 @@
 // Package auth checks and mints the bearer tokens clients present to the
 // gateway: JWTs signed with HS256 (a shared secret) or Ed25519 (EdDSA),
-// carrying the user ID in "sub" and the device ID in "device_id", and
-// always an expiry.
+// carrying the user ID in "sub", the device ID in "device_id", optionally
+// the device's platform in "platform", the issue time in "iat" (what a
+// device's sign-out is compared with), and always an expiry.
 package auth
 
 import (
@@ -30,14 +31,22 @@ const MaxTokenBytes = 4096
 
 // Principal is who a valid token speaks for.
 type Principal struct {
-	UserID    string
-	DeviceID  string
+	UserID   string
+	DeviceID string
+	// Platform is the token's "platform" claim, "" when it has none.
+	Platform string
+	// IssuedAt is the token's "iat", the zero time when it has none: such
+	// a token counts as issued before any sign-out of its device.
+	IssuedAt  time.Time
 	ExpiresAt time.Time
 }
 
 // Claims is the JWT payload seqflow issues and accepts.
 type Claims struct {
 	DeviceID string `json:"device_id"`
+	// Platform is optional: ios, android, web, desktop, ... (ValidPlatform).
+	// When the issuer sets it, the client cannot claim another.
+	Platform string `json:"platform,omitempty"`
 	jwt.RegisteredClaims
 }
 
@@ -98,7 +107,38 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	if err := ValidID(c.DeviceID); err != nil {
 		return Principal{}, &TokenError{Reason: "claim device_id: " + err.Error()}
 	}
-	return Principal{UserID: c.Subject, DeviceID: c.DeviceID, ExpiresAt: c.ExpiresAt.Time}, nil
+	if c.Platform != "" {
+		if err := ValidPlatform(c.Platform); err != nil {
+			return Principal{}, &TokenError{Reason: "claim platform: " + err.Error()}
+		}
+	}
+	pr := Principal{UserID: c.Subject, DeviceID: c.DeviceID, Platform: c.Platform, ExpiresAt: c.ExpiresAt.Time}
+	if c.IssuedAt != nil {
+		pr.IssuedAt = c.IssuedAt.Time
+	}
+	return pr, nil
+}
+
+// MaxPlatformBytes bounds a platform name.
+const MaxPlatformBytes = 16
+
+// ValidPlatform checks a platform name: 1..MaxPlatformBytes of [a-z0-9_-].
+// Any such name is accepted; clients use ios, android, web, desktop,
+// tablet or cli (docs/protocol.md, "Devices and presence").
+func ValidPlatform(p string) error {
+	if p == "" {
+		return errors.New("missing")
+	}
+	if len(p) > MaxPlatformBytes {
+		return fmt.Errorf("over %d bytes", MaxPlatformBytes)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("byte %q not allowed (want [a-z0-9_-])", c)
+		}
+	}
+	return nil
 }
 
 // ValidID checks a user or device ID: 1..MaxIDBytes of [A-Za-z0-9._:@-].
@@ -145,14 +185,24 @@ func NewEd25519Signer(priv ed25519.PrivateKey) (*Signer, error) {
 
 // Mint returns a token for user and device valid for ttl.
 func (s *Signer) Mint(userID, deviceID string, ttl time.Duration) (string, error) {
+	return s.MintPlatform(userID, deviceID, "", ttl)
+}
+
+// MintPlatform is Mint with a platform claim ("" for none).
+func (s *Signer) MintPlatform(userID, deviceID, platform string, ttl time.Duration) (string, error) {
 	if err := ValidID(userID); err != nil {
 		return "", fmt.Errorf("user id: %w", err)
 	}
 	if err := ValidID(deviceID); err != nil {
 		return "", fmt.Errorf("device id: %w", err)
 	}
+	if platform != "" {
+		if err := ValidPlatform(platform); err != nil {
+			return "", fmt.Errorf("platform: %w", err)
+		}
+	}
 	now := s.now()
-	c := Claims{DeviceID: deviceID, RegisteredClaims: jwt.RegisteredClaims{
+	c := Claims{DeviceID: deviceID, Platform: platform, RegisteredClaims: jwt.RegisteredClaims{
 		Subject: userID, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 	}}
 	return jwt.NewWithClaims(s.method, c).SignedString(s.key)

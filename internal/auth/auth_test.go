@@ -85,6 +85,10 @@ func TestVerify(t *testing.T) {
 		{"missing exp", hs, sign(t, jwt.SigningMethodHS256, secret, claims("u1", "d1", time.Time{})), true, imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED},
 		{"bad sub alphabet", hs, sign(t, jwt.SigningMethodHS256, secret, claims("u|1", "d1", later)), true, imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED},
 		{"device_id not a string", hs, sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "u1", "device_id": 7, "exp": later.Unix()}), true, imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED},
+		{"platform ok", hs, sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "u1", "device_id": "d1", "platform": "ios", "exp": later.Unix()}), false, 0},
+		{"platform bad alphabet", hs, sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "u1", "device_id": "d1", "platform": "iOS", "exp": later.Unix()}), true, imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED},
+		{"platform too long", hs, sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "u1", "device_id": "d1", "platform": strings.Repeat("a", MaxPlatformBytes+1), "exp": later.Unix()}), true, imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED},
+		{"platform not a string", hs, sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "u1", "device_id": "d1", "platform": 1, "exp": later.Unix()}), true, imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED},
 		{"sub too long", hs, sign(t, jwt.SigningMethodHS256, secret, claims(strings.Repeat("u", MaxIDBytes+1), "d1", later)), true, imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED},
 	}
 	for _, c := range cases {
@@ -126,8 +130,22 @@ func TestSignerRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			p, err := c.v.Verify(tok)
-			if err != nil || p.UserID != "alice" || p.DeviceID != "phone-1" {
+			if err != nil || p.UserID != "alice" || p.DeviceID != "phone-1" || p.Platform != "" {
 				t.Fatalf("Verify = %+v, %v", p, err)
+			}
+			// iat is what a sign-out is compared with: it must survive.
+			if d := time.Since(p.IssuedAt); p.IssuedAt.IsZero() || d < -time.Second || d > 5*time.Second {
+				t.Fatalf("IssuedAt = %v, want about now", p.IssuedAt)
+			}
+			tok, err = c.s.MintPlatform("alice", "phone-1", "android", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p, err = c.v.Verify(tok); err != nil || p.Platform != "android" {
+				t.Fatalf("Verify of a platform token = %+v, %v", p, err)
+			}
+			if _, err := c.s.MintPlatform("alice", "d", "Android!", time.Minute); err == nil {
+				t.Fatal("MintPlatform accepted a bad platform")
 			}
 			if _, err := c.s.Mint("bad id", "d", time.Minute); err == nil {
 				t.Fatal("Mint accepted a user id with a space")
