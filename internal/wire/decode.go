@@ -154,7 +154,9 @@ func (f *ClientFrame) Validate(l Limits) *apierr.Error {
 		}
 	case OpTyping:
 		return idField("session_id", f.SessionID, MaxSessionIDBytes)
-	case OpChanges, OpPing:
+	case OpSignOut, OpPresence:
+		return f.devices()
+	case OpChanges, OpPing, OpDevices:
 	case "":
 		return apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "op is missing")
 	default:

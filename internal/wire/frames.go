@@ -121,6 +121,9 @@ type ClientFrame struct {
 	// SinceVersion (0: from the start).
 	AfterUserID  string `json:"after_user_id,omitempty"`
 	SinceVersion int64  `json:"since_version,omitempty"`
+
+	// DeviceID is the device sign_out signs out.
+	DeviceID string `json:"device_id,omitempty"`
 }
 
 // Cursor is a (session, seq) position: in delivered frames, the highest
@@ -301,6 +304,9 @@ type Hello struct {
 	UserID    string `json:"user_id"`
 	DeviceID  string `json:"device_id"`
 	GatewayID string `json:"gateway_id"`
+	// Platform is the connection's platform (token claim, else the
+	// connect's platform parameter), absent when neither gave one.
+	Platform string `json:"platform,omitempty"`
 	// HeartbeatMs is how often the gateway pings; a client that hears
 	// nothing for twice that should reconnect.
 	HeartbeatMs int64 `json:"heartbeat_ms"`
