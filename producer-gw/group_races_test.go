@@ -3,9 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/testkit/logcheck"
 	"github.com/seqflow/seqflow/internal/wire"
 )
@@ -308,6 +313,10 @@ func TestGroupStateFromSnapshot(t *testing.T) {
 			return f.Op == wire.OpEvent && f.Event.SessionID == sid && f.Event.Kind == "membership"
 		})
 	}
+	// A pusher resumes at its committed offsets and can start from a
+	// snapshot only at or before them: wait until it committed past the
+	// adds (it commits every second), which the snapshots also hold.
+	waitPusherCommitted(ctx, t, p)
 	p.procs["pusher"].Kill()
 	if err := p.procs["pusher"].Restart(); err != nil {
 		t.Fatal(err)
@@ -327,5 +336,43 @@ func TestGroupStateFromSnapshot(t *testing.T) {
 	}
 	if len(l.NotAllowed) > 0 {
 		t.Errorf("the rules refuse events of the log: %v", l.NotAllowed)
+	}
+}
+
+// waitPusherCommitted waits until the pusher's group has committed the
+// end of every partition of the sequenced topic.
+func waitPusherCommitted(ctx context.Context, t *testing.T, p *pipeline) {
+	t.Helper()
+	cl, err := kgo.NewClient(eventlog.ClientOpts(p.st.KafkaBrokers, "gw-test-offsets")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	group := "gwt-push-" + strings.TrimSuffix(strings.TrimPrefix(p.prefix, "t-"), ".")
+	for {
+		ends, err := adm.ListEndOffsets(ctx, p.topics.Sequenced)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		behind := 0
+		ends.Each(func(o kadm.ListedOffset) {
+			// The end is past the last commit marker; the pusher commits
+			// the offset after the last record it read, before that marker.
+			if c, ok := got.Lookup(p.topics.Sequenced, o.Partition); !ok || c.At < o.Offset-1 {
+				behind++
+			}
+		})
+		if behind == 0 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the pusher did not commit the end of %d partitions", behind)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
