@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,8 +79,10 @@ type Config struct {
 	// IdleConns: SEQBENCH_IDLE_CONNS, idle WebSocket connections opened
 	// to one gateway, default 20000.
 	IdleConns int
-	// FanoutMembers: SEQBENCH_FANOUT_MEMBERS, group size, default 10000.
-	FanoutMembers int
+	// FanoutMembers: SEQBENCH_FANOUT_MEMBERS, the group sizes measured one
+	// after the other (comma-separated), default 10000,100000; keys are
+	// named by size (fanout_10k_..., fanout_100k_...).
+	FanoutMembers []int
 	// FanoutOnline: SEQBENCH_FANOUT_ONLINE, members online, default 1000.
 	FanoutOnline int
 	// FanoutMessages: SEQBENCH_FANOUT_MESSAGES, messages sent to the
@@ -148,7 +151,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		DeliveredInterval:  e.Duration("SEQBENCH_DELIVERED_INTERVAL", 0, 0, time.Minute),
 		FixedRate:          e.Int("SEQBENCH_FIXED_RATE", 2000, 1, 1_000_000),
 		IdleConns:          e.Int("SEQBENCH_IDLE_CONNS", 20_000, 1, 200_000),
-		FanoutMembers:      e.Int("SEQBENCH_FANOUT_MEMBERS", 10_000, 2, 100_000),
+		FanoutMembers:      fanoutSizes(e.List("SEQBENCH_FANOUT_MEMBERS", []string{"10000", "100000"})),
 		FanoutOnline:       e.Int("SEQBENCH_FANOUT_ONLINE", 1_000, 1, 20_000),
 		FanoutMessages:     e.Int("SEQBENCH_FANOUT_MESSAGES", 20, 1, 10_000),
 		PhaseTimeout:       e.Duration("SEQBENCH_PHASE_TIMEOUT", 4*time.Minute, 10*time.Second, time.Hour),
@@ -177,8 +180,13 @@ func LoadConfig(e *config.Env) (Config, error) {
 			errs = append(errs, fmt.Errorf("SEQBENCH_PHASES: unknown phase %q (want a subset of %v)", p, Phases))
 		}
 	}
-	if c.FanoutOnline >= c.FanoutMembers {
-		errs = append(errs, fmt.Errorf("SEQBENCH_FANOUT_ONLINE: %d, want fewer than SEQBENCH_FANOUT_MEMBERS (%d)", c.FanoutOnline, c.FanoutMembers))
+	if len(c.FanoutMembers) == 0 {
+		errs = append(errs, errors.New("SEQBENCH_FANOUT_MEMBERS: want group sizes of 2..200000, comma-separated"))
+	}
+	for _, n := range c.FanoutMembers {
+		if c.FanoutOnline >= n {
+			errs = append(errs, fmt.Errorf("SEQBENCH_FANOUT_ONLINE: %d, want fewer than SEQBENCH_FANOUT_MEMBERS (%d)", c.FanoutOnline, n))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
@@ -187,3 +195,25 @@ func LoadConfig(e *config.Env) (Config, error) {
 }
 
 func (c Config) runs(phase string) bool { return slices.Contains(c.Phases, phase) }
+
+// fanoutSizes parses SEQBENCH_FANOUT_MEMBERS; nil when a size is not
+// 2..200000.
+func fanoutSizes(list []string) []int {
+	var out []int
+	for _, s := range list {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 2 || n > 200_000 {
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// sizeName names a group size in keys: 10k, 100k, or the number.
+func sizeName(n int) string {
+	if n%1000 == 0 {
+		return strconv.Itoa(n/1000) + "k"
+	}
+	return strconv.Itoa(n)
+}

@@ -18,11 +18,22 @@ import (
 	"github.com/seqflow/seqflow/internal/auth"
 )
 
-// fanout creates a group of FanoutMembers users (in chunks of 500, the
-// gateway's members limit per op) with FanoutOnline of them connected,
-// sends FanoutMessages messages to it one after the other and measures
-// send → each online member's delivery.
+// fanout creates, for each size of FanoutMembers, a group of that many
+// users (in chunks of 500, the gateway's members limit per op) with
+// FanoutOnline of them connected, sends FanoutMessages messages to it one
+// after the other and measures send → each online member's delivery.
 func (b *Bench) fanout(ctx context.Context, r *Results) error {
+	var errs []error
+	for _, n := range b.cfg.FanoutMembers {
+		if err := b.fanoutOf(ctx, r, n); err != nil {
+			errs = append(errs, fmt.Errorf("%d members: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fanoutOf measures one group size (members).
+func (b *Bench) fanoutOf(ctx context.Context, r *Results, members int) error {
 	s, err := b.startServices(ctx, "fanout", nil, serviceOrder...)
 	if err != nil {
 		return err
@@ -94,7 +105,7 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 	}
 	sender := clients[0]
 	var first []string
-	for i := 1; i < min(500, b.cfg.FanoutMembers); i++ {
+	for i := 1; i < min(500, members); i++ {
 		first = append(first, user(i))
 	}
 	setupStart := time.Now()
@@ -106,9 +117,9 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 		return fmt.Errorf("create group: %w", err)
 	}
 	lastSetup := ack.Seq
-	for lo := 500; lo < b.cfg.FanoutMembers; lo += 500 {
+	for lo := 500; lo < members; lo += 500 {
 		var chunk []string
-		for i := lo; i < min(lo+500, b.cfg.FanoutMembers); i++ {
+		for i := lo; i < min(lo+500, members); i++ {
 			chunk = append(chunk, user(i))
 		}
 		a, err := sender.AddMembers(ctx, sid, chunk...)
@@ -181,24 +192,25 @@ func (b *Bench) fanout(ctx context.Context, r *Results) error {
 		return fmt.Errorf("no delivery of %d expected", want)
 	}
 	p := quantiles(got)
-	src := fmt.Sprintf("go tool task bench (cmd/seqbench fanout: %d members, %d online, %d messages)", b.cfg.FanoutMembers, online, msgs)
-	r.set("fanout_10k_deliver_p99_ms", p(0.99), src)
-	r.set("fanout_10k_deliver_p50_ms", p(0.5), src)
-	r.set("fanout_deliveries_missing", float64(want-len(got)), src)
+	src := fmt.Sprintf("go tool task bench (cmd/seqbench fanout: %d members, %d online, %d messages)", members, online, msgs)
+	key := "fanout_" + sizeName(members) + "_"
+	r.set(key+"deliver_p99_ms", p(0.99), src)
+	r.set(key+"deliver_p50_ms", p(0.5), src)
+	r.set(key+"deliveries_missing", float64(want-len(got)), src)
 	// The stages either side of the seq's server_ts (the sequencer's
 	// clock, the same host): sequencing, then commit, push and the SDK.
 	pa, ps := quantiles(gotAfter), quantiles(gotSeq)
-	r.set("fanout_10k_seq_assigned_p50_ms", ps(0.5), src+", send → server_ts per message")
-	r.set("fanout_10k_after_seq_p50_ms", pa(0.5), src+", server_ts → SDK per delivery")
-	r.set("fanout_10k_after_seq_p99_ms", pa(0.99), src+", server_ts → SDK per delivery")
+	r.set(key+"seq_assigned_p50_ms", ps(0.5), src+", send → server_ts per message")
+	r.set(key+"after_seq_p50_ms", pa(0.5), src+", server_ts → SDK per delivery")
+	r.set(key+"after_seq_p99_ms", pa(0.99), src+", server_ts → SDK per delivery")
 	// Stage means of the messages, from the services' histograms (end
 	// minus after-setup): sum/count is exact where quantiles of 2× buckets
 	// are not.
 	for _, st := range []struct{ key, svc, series string }{
-		{"fanout_10k_pusher_read_mean_ms", "pusher", "seqflow_pusher_read_latency_seconds"},
-		{"fanout_10k_presence_lookup_mean_ms", "pusher", "seqflow_pusher_presence_lookup_seconds"},
-		{"fanout_10k_pusher_handoff_mean_ms", "pusher", "seqflow_pusher_push_latency_seconds"},
-		{"fanout_10k_gateway_batch_lag_mean_ms", "producer-gw", "seqflow_gateway_push_batch_lag_seconds"},
+		{key + "pusher_read_mean_ms", "pusher", "seqflow_pusher_read_latency_seconds"},
+		{key + "presence_lookup_mean_ms", "pusher", "seqflow_pusher_presence_lookup_seconds"},
+		{key + "pusher_handoff_mean_ms", "pusher", "seqflow_pusher_push_latency_seconds"},
+		{key + "gateway_batch_lag_mean_ms", "producer-gw", "seqflow_gateway_push_batch_lag_seconds"},
 	} {
 		if m, ok := histMean(before[st.svc], end[st.svc], st.series); ok {
 			r.set(st.key, 1000*m, src+", mean of "+st.series+" over the messages")
@@ -214,7 +226,7 @@ latency = send → each online member's SDK handing the message over.
 | deliveries expected | got | p50 ms | p99 ms | max ms |
 |---|---|---|---|---|
 | %d | %d | %s | %s | %s |
-`, b.cfg.FanoutMembers, online, setupSecs, msgs, want, len(got), num(p(0.5)), num(p(0.99)), num(p(1))))
+`, members, online, setupSecs, msgs, want, len(got), num(p(0.5)), num(p(0.99)), num(p(1))))
 	var errs []error
 	if len(got) < want {
 		errs = append(errs, fmt.Errorf("%d of %d deliveries missing after 30 s", want-len(got), want))
