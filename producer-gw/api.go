@@ -31,18 +31,20 @@ type api struct {
 	history  *history
 	receipts *receipts
 	signals  *signals
+	devices  *devices
 	log      *slog.Logger
 	m        *metrics
 	now      func() time.Time
 }
 
 func newAPI(cfg Config, verifier *auth.Verifier, signer *auth.Signer, gate *gate, hub *hub, pw presenceWriter, limits *limiter,
-	up *uplink, history *history, receipts *receipts, signals *signals, log *slog.Logger, m *metrics, now func() time.Time) *api {
+	up *uplink, history *history, receipts *receipts, signals *signals, devices *devices, log *slog.Logger, m *metrics, now func() time.Time) *api {
 	return &api{cfg: cfg, verifier: verifier, signer: signer, gate: gate, hub: hub, presence: pw, limits: limits,
-		up: up, history: history, receipts: receipts, signals: signals, log: log, m: m, now: now}
+		up: up, history: history, receipts: receipts, signals: signals, devices: devices, log: log, m: m, now: now}
 }
 
-// query answers sync, changes and read, each within storeTimeout.
+// query answers sync, changes, read, the member, device and presence
+// queries, each within storeTimeout.
 func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (any, *apierr.Error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -66,6 +68,10 @@ func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) 
 		res, aerr = a.history.memberList(ctx, p, f)
 	case wire.OpMemberChanges:
 		res, aerr = a.history.memberChanges(ctx, p, f)
+	case wire.OpDevices:
+		res, aerr = a.devices.list(ctx, p, f)
+	case wire.OpPresence:
+		res, aerr = a.devices.presence(ctx, p, f)
 	default:
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "op %q is not a query", f.Op)
 	}

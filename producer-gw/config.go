@@ -155,7 +155,26 @@ type Config struct {
 	// ShutdownTimeout: GATEWAY_SHUTDOWN_TIMEOUT, how long shutdown waits for
 	// in-flight sends before closing sockets, default 10s.
 	ShutdownTimeout time.Duration
+	// LoginPolicy: GATEWAY_LOGIN_POLICY, which older WebSocket connections
+	// of a user a new one closes (close code 4003 replaced), on every
+	// gateway: "multi" (default: none, any number of connections),
+	// "one_per_platform" (the user's connections of the same platform;
+	// connections without a platform are left alone) or "one_per_device"
+	// (the same device's). The newest connection wins.
+	LoginPolicy string
+	// DeviceRetention: GATEWAY_DEVICE_RETENTION, how long a device stays on
+	// its user's list after it was last seen, and a sign-out is kept after
+	// it was made, default 30 days. Tokens must not live longer than this,
+	// or a signed-out device's token could work again.
+	DeviceRetention time.Duration
 }
+
+// Login policies (Config.LoginPolicy).
+const (
+	policyMulti    = "multi"
+	policyPlatform = "one_per_platform"
+	policyDevice   = "one_per_device"
+)
 
 // LoadConfig reads Config from e and validates it.
 func LoadConfig(e *config.Env) (Config, error) {
@@ -194,6 +213,8 @@ func LoadConfig(e *config.Env) (Config, error) {
 		DeliveredFlushCount:    e.Int("GATEWAY_DELIVERED_FLUSH_COUNT", 64, 1, 100_000),
 		DeliveredFlushInterval: e.Duration("GATEWAY_DELIVERED_FLUSH_INTERVAL", time.Second, time.Millisecond, time.Minute),
 		ShutdownTimeout:        e.Duration("GATEWAY_SHUTDOWN_TIMEOUT", 10*time.Second, 0, 10*time.Minute),
+		LoginPolicy:            e.OneOf("GATEWAY_LOGIN_POLICY", policyMulti, policyMulti, policyPlatform, policyDevice),
+		DeviceRetention:        e.Duration("GATEWAY_DEVICE_RETENTION", 30*24*time.Hour, time.Hour, 366*24*time.Hour),
 	}
 	c.RateDeviceBurst = e.Int("GATEWAY_RATE_DEVICE_BURST", max(2*c.RatePerDevice, 1), 1, 1_000_000)
 	l := wire.DefaultLimits

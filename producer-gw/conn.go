@@ -48,6 +48,9 @@ type conn struct {
 	nc *wire.CoalescingConn
 	id string
 	p  auth.Principal
+	// platform is the token's platform claim, else the connect's platform
+	// parameter, else "".
+	platform string
 
 	out      chan []byte
 	closing  chan struct{}
@@ -67,6 +70,27 @@ func (c *conn) presence() presence.Conn {
 	return presence.Conn{UserID: c.p.UserID, DeviceID: c.p.DeviceID, ConnID: c.id, GatewayID: c.api.cfg.GatewayID}
 }
 
+// seen is a sighting of c's device for its user's device list.
+func (c *conn) seen() presence.Seen {
+	return presence.Seen{UserID: c.p.UserID, DeviceID: c.p.DeviceID, Platform: c.platform, IssuedAt: c.p.IssuedAt}
+}
+
+// connPlatform is the platform of a connection: the token's claim, which
+// the client cannot override, else the "platform" query parameter.
+func connPlatform(p auth.Principal, r *http.Request) (string, *apierr.Error) {
+	if p.Platform != "" {
+		return p.Platform, nil
+	}
+	v := r.URL.Query().Get("platform")
+	if v == "" {
+		return "", nil
+	}
+	if err := auth.ValidPlatform(v); err != nil {
+		return "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "platform: %v", err)
+	}
+	return v, nil
+}
+
 // serveWS authenticates and upgrades a connection, then serves it.
 func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 	tok := auth.BearerToken(r)
@@ -77,6 +101,17 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.m.connects.WithLabelValues("unauthenticated").Inc()
 		a.httpError(w, "", apierr.New(auth.Code(err), err.Error()))
+		return
+	}
+	platform, aerr := connPlatform(p, r)
+	if aerr != nil {
+		a.m.connects.WithLabelValues("bad_handshake").Inc()
+		a.httpError(w, "", aerr)
+		return
+	}
+	if a.devices.signedOut(r.Context(), p) {
+		a.m.connects.WithLabelValues("signed_out").Inc()
+		a.httpError(w, "", errSignedOut)
 		return
 	}
 	if a.gate.draining() {
@@ -90,7 +125,7 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 		return // Accept answered the client
 	}
 	ws.SetReadLimit(-1) // readLoop bounds frames (hardFrameFactor)
-	c := &conn{api: a, ws: ws, nc: hj.nc, id: "c-" + uuid.Must(uuid.NewV7()).String(), p: p,
+	c := &conn{api: a, ws: ws, nc: hj.nc, id: "c-" + uuid.Must(uuid.NewV7()).String(), p: p, platform: platform,
 		out: make(chan []byte, a.cfg.ConnQueue), closing: make(chan struct{}),
 		inflight: make(chan struct{}, a.cfg.MaxInFlight), lastSeq: map[string]int64{}}
 	c.rc = a.receipts.batch(p)
@@ -111,17 +146,28 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	cancel()
 	c.enqueueJSON(wire.Hello{Op: wire.OpHello, ConnID: c.id, UserID: p.UserID, DeviceID: p.DeviceID, GatewayID: a.cfg.GatewayID,
-		HeartbeatMs: a.cfg.Heartbeat.Milliseconds(), MaxFrameBytes: a.cfg.Limits.MaxFrameBytes})
+		Platform: platform, HeartbeatMs: a.cfg.Heartbeat.Milliseconds(), MaxFrameBytes: a.cfg.Limits.MaxFrameBytes})
 
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); c.writeLoop() }()
+	// Checked again now that c is in the hub: a sign-out whose signal was
+	// applied before c was there is found in Redis (its cutoff is written
+	// before the signal is sent); one applied later closes c.
+	if a.devices.signedOut(r.Context(), p) {
+		c.closeWith(closeSignedOut, "signed_out", "signed_out")
+	} else {
+		a.devices.connected(r.Context(), c)
+	}
 	c.readLoop()
 	c.closeWith(websocket.StatusNormalClosure, "", "client")
 	wg.Wait()
 
 	a.hub.remove(c)
 	c.rc.stop()
+	// Last seen before the presence goes: a device never shows offline
+	// with the last seen of its connect.
+	a.devices.disconnected(c)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
 	if err := a.presence.Remove(rctx, c.presence()); err != nil {
 		a.m.presenceErrs.Inc()
@@ -230,6 +276,17 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		return
 	case !a.limits.allow(context.Background(), c.p):
 		c.sendError(f.ReqID, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
+		return
+	case f.Op == wire.OpSignOut:
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		res, sig, aerr := a.devices.signOut(ctx, c.p, f)
+		cancel()
+		if aerr != nil {
+			c.sendError(f.ReqID, "", aerr)
+			return
+		}
+		c.enqueueJSON(res) // before the close when the device signs itself out
+		a.devices.announceSignOut(sig)
 		return
 	case !isCommand(f.Op):
 		res, aerr := a.query(context.Background(), c.p, f)
@@ -481,7 +538,8 @@ func opLabel(f *wire.ClientFrame) string {
 	}
 	switch f.Op {
 	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpGroup, wire.OpSync,
-		wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpPing, wire.OpTyping, wire.OpSeenBy, wire.OpMemberList, wire.OpMemberChanges:
+		wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpPing, wire.OpTyping, wire.OpSeenBy, wire.OpMemberList, wire.OpMemberChanges,
+		wire.OpDevices, wire.OpSignOut, wire.OpPresence:
 		return f.Op
 	}
 	return "unknown"

@@ -18,6 +18,12 @@ const (
 	closeIdle = 4000
 	// closeTokenExpired: the connection's token expired; reconnect with a new one.
 	closeTokenExpired = 4001
+	// closeSignedOut: the connection's device was signed out; its token
+	// never works again.
+	closeSignedOut = 4002
+	// closeReplaced: the login policy closed the connection for a newer
+	// one of the same platform (or device); do not reconnect by itself.
+	closeReplaced = 4003
 	// closeSlowConsumer: the connection's queue overflowed; reconnect and sync.
 	closeSlowConsumer = 4008
 )

@@ -80,6 +80,7 @@ type Gateway struct {
 	history  *history
 	receipts *receipts
 	signals  *signals
+	devices  *devices
 	api      *api
 }
 
@@ -156,6 +157,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	bg.Go(func() error { return g.limits.Run(bgCtx) })
 	bg.Go(func() error { return g.waiters.Run(bgCtx) })
 	bg.Go(func() error { return g.signals.Run(bgCtx) })
+	bg.Go(func() error { return g.devices.Run(bgCtx) })
 	bg.Go(func() error {
 		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz}).Run(bgCtx)
 	})
@@ -262,7 +264,10 @@ func (g *Gateway) compose() {
 	g.receipts = newReceipts(g.cfg, g.kc, g.members, g.log, g.m, g.now)
 	g.signals = newSignals(g.cfg.GatewayID, g.members, g.store, g.presence, g.sender, g.log, g.m, g.now)
 	g.receipts.cursors = g.signals
-	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.signals, g.log, g.m, g.now)
+	g.devices = newDevices(g.cfg, presence.NewDevices(g.rdb, g.cfg.DeviceRetention), g.presence, g.presence, lookups{g.pool, g.store},
+		g.hub, g.log, g.m, g.now)
+	g.hub.refreshed = g.devices.refresh
+	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.signals, g.devices, g.log, g.m, g.now)
 }
 
 func (g *Gateway) closeClients() {

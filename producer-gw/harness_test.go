@@ -327,13 +327,23 @@ type client struct {
 
 func dial(t testing.TB, gw *testGW, token string) (*client, *http.Response, error) {
 	t.Helper()
+	return dialQuery(t, gw, token, "")
+}
+
+// dialQuery is dial with a query string for the WebSocket URL ("" for none).
+func dialQuery(t testing.TB, gw *testGW, token, query string) (*client, *http.Response, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	h := http.Header{}
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token)
 	}
-	ws, resp, err := websocket.Dial(ctx, "ws://"+gw.addr+"/v1/ws", &websocket.DialOptions{HTTPHeader: h})
+	u := "ws://" + gw.addr + "/v1/ws"
+	if query != "" {
+		u += "?" + query
+	}
+	ws, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: h})
 	if err != nil {
 		return nil, resp, err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,6 +26,9 @@ func (a *api) routes() http.Handler {
 	mux.HandleFunc("POST /v1/{op}", a.serveOp)
 	mux.HandleFunc("GET /v1/sessions/{session_id}/messages", a.serveSyncGet)
 	mux.HandleFunc("GET /v1/changes", a.serveChangesGet)
+	mux.HandleFunc("GET /v1/devices", a.serveDevicesGet)
+	mux.HandleFunc("DELETE /v1/devices/{device_id}", a.serveSignOutDelete)
+	mux.HandleFunc("GET /v1/presence", a.servePresenceGet)
 	if a.cfg.DevMode {
 		mux.HandleFunc("POST /v1/dev/login", a.serveDevLogin)
 	}
@@ -39,13 +43,19 @@ func (a *api) routes() http.Handler {
 	return mux
 }
 
-// principal authenticates an HTTP call, answering 401 itself on failure.
+// principal authenticates an HTTP call, answering 401 itself on failure
+// (a signed-out device's token included), and records the device as seen.
 func (a *api) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
 	p, err := a.verifier.Verify(auth.BearerToken(r))
 	if err != nil {
 		a.httpError(w, "", apierr.New(auth.Code(err), err.Error()))
 		return p, false
 	}
+	if a.devices.signedOut(r.Context(), p) {
+		a.httpError(w, "", errSignedOut)
+		return p, false
+	}
+	a.devices.httpSeen(r.Context(), p)
 	return p, true
 }
 
@@ -53,7 +63,8 @@ func (a *api) serveOp(w http.ResponseWriter, r *http.Request) {
 	op := r.PathValue("op")
 	switch op {
 	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpGroup,
-		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpTyping, wire.OpSeenBy, wire.OpMemberList, wire.OpMemberChanges:
+		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpTyping, wire.OpSeenBy, wire.OpMemberList, wire.OpMemberChanges,
+		wire.OpDevices, wire.OpSignOut, wire.OpPresence:
 	default:
 		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", op))
 		return
@@ -106,6 +117,18 @@ func (a *api) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Principa
 	}
 	if !a.limits.allow(r.Context(), p) {
 		a.httpError(w, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
+		return
+	}
+	if f.Op == wire.OpSignOut {
+		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
+		res, sig, aerr := a.devices.signOut(ctx, p, f)
+		cancel()
+		if aerr != nil {
+			a.httpError(w, "", aerr)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+		a.devices.announceSignOut(sig)
 		return
 	}
 	if !isCommand(f.Op) {
@@ -196,6 +219,51 @@ func (a *api) serveChangesGet(w http.ResponseWriter, r *http.Request) {
 	}
 	a.m.frames.WithLabelValues(wire.OpChanges, "http").Inc()
 	a.serveFrame(w, r, p, &wire.ClientFrame{Op: wire.OpChanges})
+}
+
+func (a *api) serveDevicesGet(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
+	if !ok {
+		return
+	}
+	a.m.frames.WithLabelValues(wire.OpDevices, "http").Inc()
+	a.serveFrame(w, r, p, &wire.ClientFrame{Op: wire.OpDevices})
+}
+
+func (a *api) serveSignOutDelete(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
+	if !ok {
+		return
+	}
+	a.m.frames.WithLabelValues(wire.OpSignOut, "http").Inc()
+	f := &wire.ClientFrame{Op: wire.OpSignOut, DeviceID: r.PathValue("device_id")}
+	if aerr := f.Validate(a.cfg.Limits); aerr != nil {
+		a.httpError(w, "", aerr)
+		return
+	}
+	a.serveFrame(w, r, p, f)
+}
+
+// servePresenceGet takes user_ids comma-separated, or repeated.
+func (a *api) servePresenceGet(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
+	if !ok {
+		return
+	}
+	a.m.frames.WithLabelValues(wire.OpPresence, "http").Inc()
+	f := &wire.ClientFrame{Op: wire.OpPresence}
+	for _, v := range r.URL.Query()["user_ids"] {
+		for _, u := range strings.Split(v, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				f.UserIDs = append(f.UserIDs, u)
+			}
+		}
+	}
+	if aerr := f.Validate(a.cfg.Limits); aerr != nil {
+		a.httpError(w, "", aerr)
+		return
+	}
+	a.serveFrame(w, r, p, f)
 }
 
 // devLogin is the body of POST /v1/dev/login.

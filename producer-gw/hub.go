@@ -28,6 +28,9 @@ type hub struct {
 	ttl      time.Duration // presence entries' lifetime; refreshed every ttl/3
 	log      *slog.Logger
 	m        *metrics
+	// refreshed, when set, is called with the open connections after each
+	// presence refresh (devices.refresh: their devices' last seen).
+	refreshed func(ctx context.Context, cs []*conn)
 
 	mu    sync.Mutex
 	conns map[string]*conn
@@ -102,6 +105,9 @@ func (h *hub) Run(ctx context.Context) error {
 		if err := h.presence.Put(pctx, pcs...); err != nil {
 			h.m.presenceErrs.Inc()
 			h.log.Warn("refresh presence", "connections", len(pcs), "err", err)
+		}
+		if h.refreshed != nil && len(cs) > 0 {
+			h.refreshed(pctx, cs)
 		}
 	})
 }

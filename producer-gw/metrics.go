@@ -28,6 +28,12 @@ type metrics struct {
 	seqResults    *prometheus.CounterVec   // by source, matched
 	seqArrival    *prometheus.HistogramVec // by source
 	seqEarly      prometheus.Counter
+	// deviceSignals counts sign-outs and login-policy replacements, by
+	// signal (signout, replace) and outcome.
+	deviceSignals *prometheus.CounterVec
+	// signOutChecks counts token checks against sign-outs by outcome
+	// (refused, redis_error: let through, see docs/protocol.md).
+	signOutChecks *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -107,8 +113,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		badBatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_bad_push_batches_total", Help: "Push frames that failed to decode.",
 		}),
+		deviceSignals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_device_signals_total",
+			Help: "Device signals, by signal (signout, replace) and outcome: announced, announce_error, heard, closed (a connection of this gateway closed by it), bad.",
+		}, []string{"signal", "outcome"}),
+		signOutChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_signout_checks_total",
+			Help: "Tokens checked against their device's sign-out that were refused (refused) or let through because Redis did not answer (redis_error).",
+		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
-		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly)
+		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
+		m.deviceSignals, m.signOutChecks)
 	return m
 }

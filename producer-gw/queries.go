@@ -66,3 +66,28 @@ func (l lookups) creation(ctx context.Context, session string) (creation, bool, 
 }
 
 var _ commandStore = lookups{}
+
+// sharesSession returns which of others share a current session with
+// user: whose presence user may see. One index probe of
+// session_members_user_current per session of each of others.
+func (l lookups) sharesSession(ctx context.Context, user string, others []string) (map[string]bool, error) {
+	rows, err := l.pool.Query(ctx, fmt.Sprintf(`SELECT DISTINCT o.user_id FROM %[1]s.session_members o
+		WHERE o.user_id = ANY($2) AND o.left_seq IS NULL AND EXISTS (
+			SELECT 1 FROM %[1]s.session_members me
+			WHERE me.session_id = o.session_id AND me.user_id = $1 AND me.left_seq IS NULL)`,
+		pgx.Identifier{l.Schema()}.Sanitize()), user, others)
+	if err != nil {
+		return nil, fmt.Errorf("look up shared sessions of %s: %w", user, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look up shared sessions of %s: %w", user, err)
+	}
+	out := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, nil
+}
+
+var _ visibility = lookups{}
