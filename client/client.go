@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/wire"
 )
 
@@ -38,6 +39,11 @@ type Options struct {
 	// TokenSource, when set, is asked for a token before every connection
 	// attempt (so an expired token can be renewed); it wins over Token.
 	TokenSource func(ctx context.Context) (string, error)
+	// Platform is this device's platform (ios, android, web, desktop,
+	// tablet, cli: [a-z0-9_-], up to 16 bytes), sent on connect for the
+	// device list and the gateway's login policy; a platform claim in the
+	// token wins over it. Default none.
+	Platform string
 
 	// InFlight bounds the commands awaiting their ACK; Post blocks while
 	// the window is full. Default 32 (the gateway's own bound is 64).
@@ -204,6 +210,11 @@ func New(opts Options) (*Client, error) {
 	if opts.Token == "" && opts.TokenSource == nil {
 		errs = append(errs, ErrNoToken)
 	}
+	if opts.Platform != "" {
+		if err := auth.ValidPlatform(opts.Platform); err != nil {
+			errs = append(errs, fmt.Errorf("Platform %q: %w", opts.Platform, err))
+		}
+	}
 	def := func(d *time.Duration, v time.Duration, name string) {
 		if *d == 0 {
 			*d = v
@@ -303,7 +314,9 @@ func (c *Client) Recovered() []*Pending { return c.recovered }
 
 // Run connects, reconnects with backoff and jitter, and serves until ctx
 // is done, then returns ctx.Err(). It returns early only when the token is
-// refused and there is no TokenSource to get another. Commands still in
+// refused and there is no TokenSource to get another, when the device is
+// signed out (ErrSignedOut), or when the login policy replaced the
+// connection with a newer one (ErrReplaced). Commands still in
 // flight then fail with ErrClosed (the outbox keeps them). Run may be
 // called once.
 func (c *Client) Run(ctx context.Context) error {
@@ -361,6 +374,11 @@ func (c *Client) connectLoop(ctx context.Context) error {
 			if c.opts.OnDisconnect != nil {
 				c.opts.OnDisconnect(err)
 			}
+			if end := closeReason(err); end != nil {
+				// Reconnecting cannot help: the token is dead, or it
+				// would close the newer connection in turn.
+				return end
+			}
 			if time.Since(began) > 10*time.Second {
 				attempt = 0
 			}
@@ -384,7 +402,7 @@ func (c *Client) dial(ctx context.Context, u string) (*conn, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
-	return dialConn(dctx, u, tok, c.opts.HTTPClient, c.opts.WriteTimeout)
+	return dialConn(dctx, withPlatform(u, c.opts.Platform), tok, c.opts.HTTPClient, c.opts.WriteTimeout)
 }
 
 // serve runs one connection: pushes are held until the changes result

@@ -417,6 +417,102 @@ func TestSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("devices: list, presence, a sign-out ends Run with ErrSignedOut, the login policy with ErrReplaced", func(t *testing.T) {
+		alice, bob, stranger := user("alice"), user("bob"), user("stranger")
+		ctx := ctxT(t, time.Minute)
+		// runs starts a client whose Run is expected to end by itself.
+		runs := func(opts Options) <-chan error {
+			c, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { errc <- c.Run(rctx) }()
+			t.Cleanup(cancel)
+			return errc
+		}
+		ended := func(errc <-chan error, what string) error {
+			t.Helper()
+			select {
+			case err := <-errc:
+				return err
+			case <-time.After(15 * time.Second):
+				t.Fatalf("%s: Run still running 15s later", what)
+				return nil
+			}
+		}
+		phoneTok := p.token(alice, "phone")
+		connected := make(chan struct{}, 1)
+		phone := runs(Options{URLs: []string{gw.url}, Token: phoneTok, Platform: "ios", MinBackoff: 50 * time.Millisecond,
+			OnConnect: func(Hello) { connected <- struct{}{} }})
+		<-connected
+		laptop := p.start(t, alice, "laptop", []string{gw.url}, func(o *Options) { o.Platform = "desktop" })
+		b := p.start(t, bob, "phone", []string{gw.url}, func(o *Options) { o.Platform = "android" })
+		g, err := b.CreateGroup(ctx, "devices", alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = g
+		p.start(t, stranger, "phone", []string{gw.url}, nil)
+
+		devs, err := laptop.Devices(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byID := map[string]Device{}
+		for _, d := range devs {
+			byID[d.DeviceID] = d
+		}
+		if ph, lp := byID["phone"], byID["laptop"]; len(devs) != 2 || ph.Platform != "ios" || !ph.Online || ph.Current ||
+			lp.Platform != "desktop" || !lp.Online || !lp.Current || time.Since(lp.LastSeen) > 5*time.Second {
+			t.Fatalf("Devices = %+v, want phone (ios, online) and laptop (desktop, online, current)", devs)
+		}
+
+		var pres []UserPresence
+		var hidden []string
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			// The group reaches the store a moment after its ACK.
+			if pres, hidden, err = laptop.Presence(ctx, bob, stranger); err != nil {
+				t.Fatal(err)
+			}
+			if len(pres) == 1 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(pres) != 1 || pres[0].UserID != bob || !pres[0].Online || len(pres[0].Platforms) != 1 || pres[0].Platforms[0] != "android" ||
+			len(hidden) != 1 || hidden[0] != stranger {
+			t.Fatalf("Presence = %+v, not visible %v; want bob online on android, the stranger not visible", pres, hidden)
+		}
+
+		at, err := laptop.SignOutDevice(ctx, "phone")
+		if err != nil || time.Since(at) > time.Minute {
+			t.Fatalf("SignOutDevice = %v, %v", at, err)
+		}
+		if err := ended(phone, "signed-out phone"); !errors.Is(err, ErrSignedOut) || !IsSignedOut(err) {
+			t.Fatalf("the signed-out phone's Run = %v, want ErrSignedOut", err)
+		}
+		err = ended(runs(Options{URLs: []string{gw.url}, Token: phoneTok}), "old phone token")
+		var he *HandshakeError
+		if !errors.As(err, &he) || he.Status != 401 || !IsSignedOut(err) || !IsAuth(err) {
+			t.Fatalf("Run with the signed-out token = %v, want a 401 signed_out handshake error", err)
+		}
+		if devs, err = laptop.Devices(ctx); err != nil || len(devs) != 1 || devs[0].DeviceID != "laptop" {
+			t.Fatalf("Devices after the sign-out = %+v, %v; want the laptop only", devs, err)
+		}
+
+		// The login policy: a newer ios connection of alice replaces the older.
+		pgw := p.gateway(t, "gw-policy", "GATEWAY_LOGIN_POLICY=one_per_platform")
+		old := make(chan struct{}, 1)
+		first := runs(Options{URLs: []string{pgw.url}, Token: p.token(alice, "ipad"), Platform: "ios", MinBackoff: 50 * time.Millisecond,
+			OnConnect: func(Hello) { old <- struct{}{} }})
+		<-old
+		p.start(t, alice, "iphone", []string{pgw.url}, func(o *Options) { o.Platform = "ios" })
+		if err := ended(first, "replaced ipad"); !errors.Is(err, ErrReplaced) {
+			t.Fatalf("the replaced connection's Run = %v, want ErrReplaced", err)
+		}
+	})
+
 	t.Run("a restarted client resumes after its cursors, and the next gateway URL is tried", func(t *testing.T) {
 		alice, bob := user("alice"), user("bob")
 		a := p.start(t, alice, "phone", []string{gw.url}, nil)

@@ -91,5 +91,5 @@ func IsAuth(err error) bool {
 		return true
 	}
 	var se *ServerError
-	return errors.As(err, &se) && (se.Name == "unauthenticated" || se.Name == "token_expired")
+	return errors.As(err, &se) && (se.Name == "unauthenticated" || se.Name == "token_expired" || se.Name == "signed_out")
 }

@@ -51,6 +51,12 @@ type serverFrame struct {
 	Members       json.RawMessage     `json:"members"`
 	MemberVersion int64               `json:"member_version"`
 	Changes       []wire.MemberChange `json:"changes"`
+
+	// devices, sign_out and presence results.
+	Devices     []wire.DeviceInfo   `json:"devices"`
+	SignedOutAt int64               `json:"signed_out_at"`
+	Presence    []wire.UserPresence `json:"presence"`
+	NotVisible  []string            `json:"not_visible"`
 }
 
 var errBadFrame = errors.New("bad server frame")
