@@ -92,7 +92,10 @@ type Config struct {
 	Offline bool
 	// OfflineMaxMembers: PUSHER_OFFLINE_MAX_MEMBERS, sessions with more
 	// members than this get no offline notifications (a mobile-push worker
-	// would serve them by topic subscription instead), default 0: no limit.
+	// would serve them by topic subscription instead), default 1000; 0: no
+	// limit. Each notification is a Kafka record per offline member: one
+	// message to a 100,000-member group would be 99,000 of them (README,
+	// "Offline notifications").
 	OfflineMaxMembers int
 	// CommitInterval: PUSHER_COMMIT_INTERVAL, how often handed-off offsets
 	// are committed, default 1s. It bounds the window re-pushed after a
@@ -134,7 +137,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		PresenceCacheMaxAge: e.Duration("PUSHER_PRESENCE_CACHE_MAX_AGE", 30*time.Second, time.Millisecond, time.Hour),
 		PresenceCacheUsers:  e.Int("PUSHER_PRESENCE_CACHE_USERS", 1_000_000, 1, 1<<30),
 		Offline:             e.Bool("PUSHER_OFFLINE_NOTIFY", true),
-		OfflineMaxMembers:   e.Int("PUSHER_OFFLINE_MAX_MEMBERS", 0, 0, 1<<30),
+		OfflineMaxMembers:   e.Int("PUSHER_OFFLINE_MAX_MEMBERS", 1000, 0, 1<<30),
 		CommitInterval:      e.Duration("PUSHER_COMMIT_INTERVAL", time.Second, 10*time.Millisecond, time.Minute),
 		ShutdownTimeout:     e.Duration("PUSHER_SHUTDOWN_TIMEOUT", 5*time.Second, 0, 5*time.Minute),
 		SessionTimeout:      e.Duration("PUSHER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
