@@ -13,7 +13,7 @@ import (
 
 // envRead matches a variable read by a service: the string literal first
 // argument of internal/config's readers, or of os.Getenv / os.LookupEnv.
-var envRead = regexp.MustCompile(`\b(?:e\.(?:String|Int|Duration|Bool|List|Required|Optional)|os\.(?:Getenv|LookupEnv))\(\s*"([A-Z][A-Z0-9_]*)"`)
+var envRead = regexp.MustCompile(`\b(?:e\.(?:String|Int|Duration|Bool|List|Required|Optional|OneOf)|os\.(?:Getenv|LookupEnv))\(\s*"([A-Z][A-Z0-9_]*)"`)
 
 // literalDefault matches a read whose default is a string or bool literal.
 var literalDefault = regexp.MustCompile(`\be\.(?:String|Optional|Bool)\(\s*"([A-Z][A-Z0-9_]*)",\s*("[^"]*"|true|false)\s*\)`)

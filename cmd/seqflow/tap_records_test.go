@@ -39,7 +39,12 @@ func wantMessage(topic, et string) proto.Message {
 	case eventlog.TopicSequenced:
 		return &imv1.SequencedEvent{}
 	case eventlog.TopicDuplicates:
-		return &imv1.DuplicateAck{}
+		switch et {
+		case "duplicate":
+			return &imv1.DuplicateAck{}
+		case "refusal":
+			return &imv1.Refusal{}
+		}
 	case eventlog.TopicOffline:
 		return &imv1.OfflineNotification{}
 	case eventlog.TopicDeadLetter:
@@ -189,6 +194,12 @@ func TestTapEveryRecordType(t *testing.T) {
 	if err := bc.MarkRead(ctx, sid, forCarol.Seq); err != nil {
 		t.Fatal(err)
 	}
+	// Group governance: a role set (a group event), and a dissolve by a
+	// member that the rules refuse (a refusal on im.duplicates.v1).
+	must(ac.SetRole(ctx, sid, bob, "admin"))
+	if _, err := bc.Dissolve(ctx, sid); err == nil {
+		t.Fatal("an admin dissolved the group")
+	}
 
 	// A session of raw uplinks, as `seqflow uplink` writes them: a message
 	// sent twice with one client_msg_id (the second is a duplicate), one
@@ -218,9 +229,9 @@ func TestTapEveryRecordType(t *testing.T) {
 	// Wait for every record type, then for the log to be still (the
 	// clients stopped: no more delivered receipts).
 	want := map[string][]string{
-		eventlog.TopicUplink:     {"session_create", "message", "membership", "edit", "recall"},
-		eventlog.TopicSequenced:  {"session_create", "message", "membership", "edit", "recall"},
-		eventlog.TopicDuplicates: {"duplicate"},
+		eventlog.TopicUplink:     {"session_create", "message", "membership", "edit", "recall", "group"},
+		eventlog.TopicSequenced:  {"session_create", "message", "membership", "edit", "recall", "group"},
+		eventlog.TopicDuplicates: {"duplicate", "refusal"},
 		eventlog.TopicReceipts:   {"read_receipt", "delivery_receipt"},
 		eventlog.TopicOffline:    {"offline"},
 		eventlog.TopicDeadLetter: {"dead_letter"},

@@ -33,7 +33,10 @@ func msgType(m interface{ ProtoReflect() protoreflect.Message }) protoreflect.Me
 var topicSchemas = map[string]topicSchema{
 	eventlog.TopicUplink:     {all: msgType(&imv1.Uplink{})},
 	eventlog.TopicSequenced:  {all: msgType(&imv1.SequencedEvent{})},
-	eventlog.TopicDuplicates: {all: msgType(&imv1.DuplicateAck{})},
+	eventlog.TopicDuplicates: {byType: map[string]protoreflect.MessageType{
+		"duplicate": msgType(&imv1.DuplicateAck{}),
+		"refusal":   msgType(&imv1.Refusal{}),
+	}},
 	eventlog.TopicReceipts: {byType: map[string]protoreflect.MessageType{
 		"read_receipt":     msgType(&imv1.ReadReceipt{}),
 		"delivery_receipt": msgType(&imv1.DeliveryReceipt{}),
