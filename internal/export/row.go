@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/schemas"
@@ -54,8 +55,16 @@ const (
 	EventMembership    = "membership"
 	EventEdit          = "edit"
 	EventRecall        = "recall"
-	EventUndecodable   = "undecodable"
+	// EventGroup is a group governance event: membership_op holds its
+	// operation (join, set_role, transfer_ownership, mute, mute_all, edit,
+	// dissolve), member_user_ids the users it names, body the
+	// seqflow.im.v1.GroupChange (content_type says so).
+	EventGroup       = "group"
+	EventUndecodable = "undecodable"
 )
+
+// groupChangeType is the content_type of a group event's body.
+const groupChangeType = "seqflow.im.v1.GroupChange"
 
 // rowOf turns one record of im.sequenced.v1 into its row. A value that does not decode, or whose strings
 // are not UTF-8, becomes an EventUndecodable row carrying the raw value in
@@ -106,6 +115,13 @@ func rowOf(r *kgo.Record) Row {
 		row.MemberUserIDs = nonNil(p.SessionCreate.GetMemberUserIds())
 		row.SessionKind = ptr(sessionKinds[p.SessionCreate.GetKind()])
 		row.SessionTitle = ptr(p.SessionCreate.GetTitle())
+	case *imv1.SequencedEvent_Group:
+		row.EventType = EventGroup
+		op, users := groupOp(p.Group, ev.SenderUserId)
+		row.MembershipOp, row.MemberUserIDs = ptr(op), users
+		if b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(p.Group); err == nil {
+			row.ContentType, row.Body = ptr(groupChangeType), nonNil(b)
+		}
 	default:
 		// No payload: an event of a newer schema with a payload this
 		// build does not know. The header still names it.
@@ -157,8 +173,36 @@ func validStrings(ev *imv1.SequencedEvent) bool {
 		return allValid(p.Membership.GetUserIds())
 	case *imv1.SequencedEvent_SessionCreate:
 		return utf8.ValidString(p.SessionCreate.GetTitle()) && allValid(p.SessionCreate.GetMemberUserIds())
+	case *imv1.SequencedEvent_Group:
+		_, users := groupOp(p.Group, "")
+		return allValid(users)
 	}
 	return true
+}
+
+// groupOp names a group change's operation and the users it names (a
+// join: its sender).
+func groupOp(g *imv1.GroupChange, sender string) (string, []string) {
+	switch op := g.GetOp().(type) {
+	case *imv1.GroupChange_Join_:
+		if sender == "" {
+			return "join", []string{}
+		}
+		return "join", []string{sender}
+	case *imv1.GroupChange_SetRole_:
+		return "set_role", []string{op.SetRole.GetUserId()}
+	case *imv1.GroupChange_TransferOwnership_:
+		return "transfer_ownership", []string{op.TransferOwnership.GetUserId()}
+	case *imv1.GroupChange_Mute_:
+		return "mute", []string{op.Mute.GetUserId()}
+	case *imv1.GroupChange_MuteAll_:
+		return "mute_all", []string{}
+	case *imv1.GroupChange_Edit:
+		return "edit", []string{}
+	case *imv1.GroupChange_Dissolve_:
+		return "dissolve", []string{}
+	}
+	return "", []string{}
 }
 
 func allValid(ss []string) bool {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -68,6 +69,18 @@ func TestRowOf(t *testing.T) {
 			e.Payload = &imv1.SequencedEvent_SessionCreate{SessionCreate: &imv1.SessionCreate{Kind: imv1.SessionKind_SESSION_KIND_GROUP, Title: "team", MemberUserIds: []string{"u1", "u2"}}}
 		}), func(r Row) bool {
 			return r.EventType == EventSessionCreate && *r.SessionKind == "group" && *r.SessionTitle == "team" && len(r.MemberUserIDs) == 2
+		}},
+		{"group: set role", with(base(9), func(e *imv1.SequencedEvent) {
+			e.Payload = &imv1.SequencedEvent_Group{Group: &imv1.GroupChange{Op: &imv1.GroupChange_SetRole_{SetRole: &imv1.GroupChange_SetRole{UserId: "u2", Role: imv1.GroupRole_GROUP_ROLE_ADMIN}}}}
+		}), func(r Row) bool {
+			var g imv1.GroupChange
+			return r.EventType == EventGroup && *r.MembershipOp == "set_role" && slices.Equal(r.MemberUserIDs, []string{"u2"}) &&
+				*r.ContentType == "seqflow.im.v1.GroupChange" && proto.Unmarshal(r.Body, &g) == nil && g.GetSetRole().GetRole() == imv1.GroupRole_GROUP_ROLE_ADMIN
+		}},
+		{"group: join names its sender", with(base(10), func(e *imv1.SequencedEvent) {
+			e.Payload = &imv1.SequencedEvent_Group{Group: &imv1.GroupChange{Op: &imv1.GroupChange_Join_{Join: &imv1.GroupChange_Join{ByInviteCode: true}}}}
+		}), func(r Row) bool {
+			return r.EventType == EventGroup && *r.MembershipOp == "join" && slices.Equal(r.MemberUserIDs, []string{"u1"})
 		}},
 		{"invalid UTF-8 in a string is undecodable", with(base(8), func(e *imv1.SequencedEvent) {
 			e.SenderUserId = "\xff"
