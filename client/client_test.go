@@ -327,6 +327,60 @@ func TestSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("read receipts off: the reader's cursor moves, the others see no read and seen_by leaves them out", func(t *testing.T) {
+		alice, bob := user("alice"), user("bob")
+		seen := make(chan Receipt, 4)
+		a := p.start(t, alice, "phone", []string{gw.url}, func(o *Options) {
+			o.OnReceipt = func(r Receipt) {
+				if r.Kind == "read" {
+					seen <- r
+				}
+			}
+		})
+		b := p.start(t, bob, "phone", []string{gw.url}, nil)
+		ctx := ctxT(t, 30*time.Second)
+		if err := b.SetReadReceipts(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		if on, err := b.ReadReceipts(ctx); err != nil || on {
+			t.Fatalf("ReadReceipts = %v, %v; want off", on, err)
+		}
+		g, err := a.CreateGroup(ctx, "private", bob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := a.Send(ctx, g.SessionID, Text("read me quietly"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if err := b.MarkRead(ctx, g.SessionID, ack.Seq); err == nil {
+				break
+			} else if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for { // bob's own cursor moves
+			ss, err := b.Changes(ctx)
+			if err == nil && len(ss) == 1 && ss[0].ReadSeq == ack.Seq && ss[0].Unread == 0 {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("bob's changes = %+v, %v; want read_seq %d", ss, err, ack.Seq)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		select {
+		case s := <-seen:
+			t.Fatalf("alice saw bob's read %+v; he turned read receipts off", s)
+		case <-time.After(1200 * time.Millisecond):
+		}
+		if users, count, members, err := a.SeenBy(ctx, g.SessionID, ack.Seq); err != nil || len(users) != 0 || count != 0 || members != 2 {
+			t.Fatalf("seen_by = %v %d of %d, %v; want nobody of 2", users, count, members, err)
+		}
+	})
+
 	t.Run("group governance: roles, a mute refused with its code, member list and member sync", func(t *testing.T) {
 		alice, bob, carol := user("alice"), user("bob"), user("carol")
 		a := p.start(t, alice, "phone", []string{gw.url}, nil)

@@ -137,3 +137,19 @@ func (c *Client) Presence(ctx context.Context, users ...string) (presence []User
 	}
 	return presence, r.NotVisible, nil
 }
+
+// ReadReceipts says whether the user sends read receipts (the default).
+func (c *Client) ReadReceipts(ctx context.Context) (bool, error) {
+	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpSettings})
+	return r.ReadReceipts, err
+}
+
+// SetReadReceipts turns sending read receipts on or off for the user, on
+// every device. Off, the user's reads still move their read cursor (and
+// so their own unread counts), but the other members get no receipt of
+// kind read from them and SeenBy neither lists nor counts them. It is an
+// account setting, not sequenced.
+func (c *Client) SetReadReceipts(ctx context.Context, on bool) error {
+	_, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpSettings, ReadReceipts: &on})
+	return err
+}

@@ -57,6 +57,9 @@ type serverFrame struct {
 	SignedOutAt int64               `json:"signed_out_at"`
 	Presence    []wire.UserPresence `json:"presence"`
 	NotVisible  []string            `json:"not_visible"`
+
+	// settings results.
+	ReadReceipts bool `json:"read_receipts"`
 }
 
 var errBadFrame = errors.New("bad server frame")

@@ -32,15 +32,16 @@ type api struct {
 	receipts *receipts
 	signals  *signals
 	devices  *devices
+	settings *settings
 	log      *slog.Logger
 	m        *metrics
 	now      func() time.Time
 }
 
 func newAPI(cfg Config, verifier *auth.Verifier, signer *auth.Signer, gate *gate, hub *hub, pw presenceWriter, limits *limiter,
-	up *uplink, history *history, receipts *receipts, signals *signals, devices *devices, log *slog.Logger, m *metrics, now func() time.Time) *api {
+	up *uplink, history *history, receipts *receipts, signals *signals, devices *devices, settings *settings, log *slog.Logger, m *metrics, now func() time.Time) *api {
 	return &api{cfg: cfg, verifier: verifier, signer: signer, gate: gate, hub: hub, presence: pw, limits: limits,
-		up: up, history: history, receipts: receipts, signals: signals, devices: devices, log: log, m: m, now: now}
+		up: up, history: history, receipts: receipts, signals: signals, devices: devices, settings: settings, log: log, m: m, now: now}
 }
 
 // query answers sync, changes, read, the member, device and presence
@@ -59,7 +60,7 @@ func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) 
 		res, aerr = a.history.changes(ctx, p, f)
 	case wire.OpRead:
 		res, aerr = a.receipts.read(ctx, p, f)
-		if aerr == nil {
+		if aerr == nil && a.settings.showsReads(ctx, p.UserID) {
 			a.signals.cursor(p.UserID, f.SessionID, wire.ReceiptRead, f.Seq)
 		}
 	case wire.OpSeenBy:
@@ -72,6 +73,8 @@ func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) 
 		res, aerr = a.devices.list(ctx, p, f)
 	case wire.OpPresence:
 		res, aerr = a.devices.presence(ctx, p, f)
+	case wire.OpSettings:
+		res, aerr = a.settings.answer(ctx, p, f)
 	default:
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "op %q is not a query", f.Op)
 	}

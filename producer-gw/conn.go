@@ -539,7 +539,7 @@ func opLabel(f *wire.ClientFrame) string {
 	switch f.Op {
 	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpGroup, wire.OpSync,
 		wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpPing, wire.OpTyping, wire.OpSeenBy, wire.OpMemberList, wire.OpMemberChanges,
-		wire.OpDevices, wire.OpSignOut, wire.OpPresence:
+		wire.OpDevices, wire.OpSignOut, wire.OpPresence, wire.OpSettings:
 		return f.Op
 	}
 	return "unknown"

@@ -81,6 +81,7 @@ type Gateway struct {
 	receipts *receipts
 	signals  *signals
 	devices  *devices
+	settings *settings
 	api      *api
 }
 
@@ -260,14 +261,15 @@ func (g *Gateway) compose() {
 	g.hub = newHub(g.gate, g.presence, g.cfg.PresenceTTL, g.log, g.m)
 	g.up = newUplink(g.cfg, g.gate, g.kc, g.members, lookups{g.pool, g.store}, g.waiters, g.tracer, g.log, g.m, g.now)
 	g.down = newDownlink(g.cfg.GatewayID, g.receiver, g.waiters, g.members, g.hub, g.tracer, g.log, g.m)
-	g.history = newHistory(g.store, g.members, g.log)
+	g.settings = newSettings(presence.NewSettings(g.rdb), g.log)
+	g.history = newHistory(g.store, g.members, g.settings, g.log)
 	g.receipts = newReceipts(g.cfg, g.kc, g.members, g.log, g.m, g.now)
 	g.signals = newSignals(g.cfg.GatewayID, g.members, g.store, g.presence, g.sender, g.log, g.m, g.now)
 	g.receipts.cursors = g.signals
 	g.devices = newDevices(g.cfg, presence.NewDevices(g.rdb, g.cfg.DeviceRetention), g.presence, g.presence, lookups{g.pool, g.store},
 		g.hub, g.log, g.m, g.now)
 	g.hub.refreshed = g.devices.refresh
-	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.signals, g.devices, g.log, g.m, g.now)
+	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.signals, g.devices, g.settings, g.log, g.m, g.now)
 }
 
 func (g *Gateway) closeClients() {

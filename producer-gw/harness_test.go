@@ -300,6 +300,8 @@ type frame struct {
 	Users   []string `json:"users"`
 	Count   int64    `json:"count"`
 	Members int64    `json:"members"`
+	// settings results.
+	ReadReceipts bool `json:"read_receipts"`
 
 	raw []byte // the frame as sent
 }

@@ -20,7 +20,8 @@ type historyStore interface {
 	MessagesAfter(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Message, error)
 	MessagesBefore(ctx context.Context, sessionID string, beforeSeq int64, limit int) ([]store.Message, error)
 	Changes(ctx context.Context, userID string) ([]store.SessionState, error)
-	SeenBy(ctx context.Context, sessionID string, seq int64, listUpTo int) (users []string, count, members int64, err error)
+	SeenByExcept(ctx context.Context, sessionID string, seq int64, listUpTo int, hidden []string) (users []string, count, members int64, err error)
+	Members(ctx context.Context, sessionID string) ([]string, error)
 	MemberPage(ctx context.Context, sessionID, afterUser string, limit int) ([]store.Member, error)
 	MemberEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Message, error)
 	Session(ctx context.Context, sessionID, userID string) (store.SessionState, bool, error)
@@ -39,11 +40,13 @@ type historyMembers interface {
 type history struct {
 	store   historyStore
 	members historyMembers
+	// privacy says whose read cursors seen_by leaves out.
+	privacy *settings
 	log     *slog.Logger
 }
 
-func newHistory(st historyStore, members historyMembers, log *slog.Logger) *history {
-	return &history{store: st, members: members, log: log}
+func newHistory(st historyStore, members historyMembers, privacy *settings, log *slog.Logger) *history {
+	return &history{store: st, members: members, privacy: privacy, log: log}
 }
 
 // sync returns a page of a session's messages to a member: after
@@ -129,13 +132,22 @@ func (h *history) changes(ctx context.Context, p auth.Principal, f *wire.ClientF
 const seenByListed = 500
 
 // seenBy answers who of the session's members has read it up to f.Seq,
-// to a member.
+// to a member. Members who turned read receipts off are neither listed
+// nor counted (members still counts them).
 func (h *history) seenBy(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.SeenByResult, *apierr.Error) {
 	res := wire.SeenByResult{Op: wire.OpResult, ReqID: f.ReqID, SessionID: f.SessionID, Seq: f.Seq}
 	if err := requireMember(ctx, h.members, h.log, f.SessionID, p.UserID); err != nil {
 		return res, err
 	}
-	users, count, members, err := h.store.SeenBy(ctx, f.SessionID, f.Seq, seenByListed)
+	all, err := h.store.Members(ctx, f.SessionID)
+	if err != nil {
+		return res, storeError(err)
+	}
+	hidden, err := h.privacy.hidden(ctx, all)
+	if err != nil {
+		return res, redisError(err)
+	}
+	users, count, members, err := h.store.SeenByExcept(ctx, f.SessionID, f.Seq, seenByListed, hidden)
 	if err != nil {
 		return res, storeError(err)
 	}

@@ -64,7 +64,7 @@ func (a *api) serveOp(w http.ResponseWriter, r *http.Request) {
 	switch op {
 	case wire.OpSend, wire.OpEdit, wire.OpRecall, wire.OpCreateSession, wire.OpMembers, wire.OpGroup,
 		wire.OpSync, wire.OpChanges, wire.OpRead, wire.OpDelivered, wire.OpTyping, wire.OpSeenBy, wire.OpMemberList, wire.OpMemberChanges,
-		wire.OpDevices, wire.OpSignOut, wire.OpPresence:
+		wire.OpDevices, wire.OpSignOut, wire.OpPresence, wire.OpSettings:
 	default:
 		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", op))
 		return

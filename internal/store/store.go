@@ -271,6 +271,31 @@ func (s *Store) SeenBy(ctx context.Context, sessionID string, seq int64, listUpT
 	return users, count, members, nil
 }
 
+// SeenByExcept is SeenBy leaving hidden out of users and count (members
+// still counts them): the users who turned read receipts off.
+func (s *Store) SeenByExcept(ctx context.Context, sessionID string, seq int64, listUpTo int, hidden []string) (users []string, count, members int64, err error) {
+	q := s.q()
+	if hidden == nil {
+		hidden = []string{}
+	}
+	err = s.pool.QueryRow(ctx, fmt.Sprintf(`
+		WITH cur AS (
+			SELECT m.user_id, COALESCE(r.read_seq, 0) AS read_seq
+			FROM %[1]s.session_members m
+			LEFT JOIN %[1]s.read_cursors r ON r.session_id = m.session_id AND r.user_id = m.user_id
+			WHERE m.session_id = $1 AND m.left_seq IS NULL),
+		sender AS (SELECT sender_user_id FROM %[1]s.messages WHERE session_id = $1 AND seq = $2),
+		seen AS (SELECT user_id, read_seq >= $2 AND user_id IS DISTINCT FROM (SELECT sender_user_id FROM sender)
+		                AND NOT user_id = ANY($4::text[]) AS seen FROM cur)
+		SELECT count(*) FILTER (WHERE seen), count(*),
+		       CASE WHEN count(*) <= $3 THEN COALESCE(array_agg(user_id ORDER BY user_id) FILTER (WHERE seen), '{}') END
+		FROM seen`, q), sessionID, seq, listUpTo, hidden).Scan(&count, &members, &users)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("query who has seen %s/%d: %w", sessionID, seq, err)
+	}
+	return users, count, members, nil
+}
+
 // Session returns one session's state as seen by userID (ReadSeq and
 // JoinedSeq are userID's; 0 when not a member), and false when the store
 // has no such session.

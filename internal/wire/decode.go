@@ -156,7 +156,7 @@ func (f *ClientFrame) Validate(l Limits) *apierr.Error {
 		return idField("session_id", f.SessionID, MaxSessionIDBytes)
 	case OpSignOut, OpPresence:
 		return f.devices()
-	case OpChanges, OpPing, OpDevices:
+	case OpChanges, OpPing, OpDevices, OpSettings:
 	case "":
 		return apierr.New(imv1.ErrorCode_ERROR_CODE_MISSING_FIELD, "op is missing")
 	default:

@@ -75,6 +75,7 @@ func TestDecode(t *testing.T) {
 		{"delivered empty", `{"op":"delivered","cursors":[]}`, imv1.ErrorCode_ERROR_CODE_MISSING_FIELD},
 		{"changes", `{"op":"changes","req_id":"r1"}`, 0},
 		{"devices", `{"op":"devices","req_id":"r1"}`, 0},
+		{"settings", `{"op":"settings","read_receipts":false}`, 0},
 		{"sign_out", `{"op":"sign_out","device_id":"phone"}`, 0},
 		{"sign_out without device", `{"op":"sign_out"}`, imv1.ErrorCode_ERROR_CODE_MISSING_FIELD},
 		{"sign_out bad device", `{"op":"sign_out","device_id":"a|b"}`, imv1.ErrorCode_ERROR_CODE_INVALID_FIELD},

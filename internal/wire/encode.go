@@ -245,8 +245,8 @@ func appendString[S []byte | string](dst []byte, s S) []byte {
 // with it.
 func (f *ClientFrame) AppendJSON(dst []byte) ([]byte, error) {
 	if f.UserID != "" || f.Role != "" || f.MutedUntilMs != 0 || f.Muted != nil || f.InviteCode != "" || f.Settings != nil ||
-		f.AfterUserID != "" || f.SinceVersion != 0 || f.DeviceID != "" {
-		// Governance commands, member queries and sign-outs: rare, so
+		f.AfterUserID != "" || f.SinceVersion != 0 || f.DeviceID != "" || f.ReadReceipts != nil {
+		// Governance commands, member queries, sign-outs and settings: rare, so
 		// encoding/json writes them.
 		b, err := json.Marshal(f)
 		if err != nil {

@@ -124,6 +124,10 @@ type ClientFrame struct {
 
 	// DeviceID is the device sign_out signs out.
 	DeviceID string `json:"device_id,omitempty"`
+
+	// ReadReceipts, in settings, turns sending read receipts on or off
+	// (absent: unchanged).
+	ReadReceipts *bool `json:"read_receipts,omitempty"`
 }
 
 // Cursor is a (session, seq) position: in delivered frames, the highest
