@@ -3,8 +3,10 @@
 // target message rate (or as fast as the in-flight windows allow) for a
 // duration, then a report of what was sent, acknowledged, delivered, lost,
 // duplicated and out of order, with exact latency percentiles for
-// send→ACK and send→deliver. `seqflow load` is a thin CLI over Run; the
-// chaos and benchmark suites call Run directly.
+// send→ACK and send→deliver. With Options.Governance the groups' members
+// change while it sends (governance.go), and what the groups' rules refuse
+// is counted apart from what was lost. `seqflow load` is a thin CLI over
+// Run; the chaos and benchmark suites call Run directly.
 package load
 
 import (
@@ -16,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -64,6 +67,15 @@ type Options struct {
 	// UserPrefix names the users (<prefix>-u0001...); default a random
 	// "ld<hex>" so runs never share sessions.
 	UserPrefix string
+	// Governance, when > 0, runs a governance actor per group for the send
+	// phase: every Governance (jittered ±50%) the group's owner, or now and
+	// then an admin, adds or removes a member, sets a role, mutes or
+	// unmutes a member or the whole group, or a member leaves or rejoins
+	// by the group's invite code (governance.go). Members keep sending
+	// whatever their mutes: what the rules refuse is Report.Refused, not
+	// failed, and deliveries follow the members each message's seq had.
+	// Default 0: groups keep their first members.
+	Governance time.Duration
 	// Timeline keeps, for every acked message, when it was scheduled and
 	// how long its ACK took (Report.Timeline), to see how latency moves
 	// over the run. Default false.
@@ -144,6 +156,9 @@ func (o *Options) defaults() error {
 	if o.InFlight < 1 {
 		errs = append(errs, fmt.Errorf("InFlight: %d, need at least 1", o.InFlight))
 	}
+	if o.Governance < 0 || (o.Governance > 0 && o.Governance < 10*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("Governance: %s, want 0 (off) or at least 10ms", o.Governance))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("load options: %w", errors.Join(errs...))
 	}
@@ -156,7 +171,15 @@ func (o *Options) groups() int { return int(float64(o.Sessions)*o.GroupShare + 0
 type session struct {
 	id      string
 	direct  bool
-	members []int // user indexes
+	members []int // user indexes at its creation, the creator first
+	// governed: its members change during the run (Options.Governance);
+	// gov holds what the run knows of those changes.
+	governed bool
+	gov      *govState
+	// acked: its acked messages; undelivered: their (message, recipient)
+	// pairs not delivered yet, this session's share of run.undelivered.
+	acked       []*sent
+	undelivered int64
 }
 
 // sent is one message posted by the run.
@@ -165,9 +188,13 @@ type sent struct {
 	sender   int
 	session  *session
 	acked    bool
+	refused  bool  // the group's rules refused it
 	seq      int64 // from the ACK
 	eventSeq int64 // from the first event carrying it
-	// deliveredTo: recipients (user index) that received it.
+	// expect: the recipients once acked, the members at its seq but the
+	// sender, as far as the run knows the session's member history.
+	expect []int
+	// deliveredTo: users (index) other than the sender that received it.
 	deliveredTo map[int]bool
 }
 
@@ -187,6 +214,11 @@ type run struct {
 	lastSeq   []map[string]int64 // per recipient: session → last seq handed over
 	created   map[string]map[int]bool
 	errs      map[string]int64
+	refusedBy map[string]int64 // sends the rules refused, by error name
+	refused   [][2]string      // their (session_id, client_msg_id)
+	of        [][]*session     // per user: the sessions it sends to
+	govOps    map[string]*GovernanceOp
+	govWG     sync.WaitGroup
 	scheduled int64 // messages handed to a user's sender
 	posted    int64
 	acked     int64
@@ -196,6 +228,9 @@ type run struct {
 	ooo       int64
 	late      int64 // found only by the final sync
 	lost      int64
+	// missedRemoved: acked before a recipient's removal, never handed to
+	// it, and no longer in its reach (it is not a member now).
+	missedRemoved int64
 	// undelivered counts the (acked message, recipient) pairs not yet
 	// delivered: what missingLocked would list, kept as the ACKs and
 	// events come so that drain need not scan every message on each wake.
@@ -214,13 +249,15 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return Report{}, fmt.Errorf("token signer: %w", err)
 	}
 	r := &run{o: o, byUser: map[string]int{}, sessions: map[string]*session{}, msgs: map[string]*sent{},
-		created: map[string]map[int]bool{}, errs: map[string]int64{}, wake: make(chan struct{}, 1)}
+		created: map[string]map[int]bool{}, errs: map[string]int64{}, refusedBy: map[string]int64{},
+		govOps: map[string]*GovernanceOp{}, wake: make(chan struct{}, 1)}
 	ttl := o.Duration + o.Drain + 10*time.Minute
 	cctx, stopClients := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	runErrs := make(chan error, o.Users)
 	defer func() {
 		stopClients()
+		r.govWG.Wait()
 		wg.Wait()
 	}()
 	for i := range o.Users {
@@ -255,6 +292,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	r.send(ctx)
 	sendSecs := time.Since(began).Seconds()
 	r.drain(ctx)
+	r.govWG.Wait() // an operation in flight at the end has its answer
+	r.settleHistory(ctx)
 	r.verify(ctx)
 	rep := r.report(sendSecs)
 	if r.o.Progress != nil {
@@ -331,6 +370,9 @@ func (r *run) setup(ctx context.Context, runErrs chan error) error {
 	r.mu.Lock()
 	for _, s := range plan {
 		r.sessions[s.id] = s
+		if !s.direct && o.Governance > 0 {
+			s.governed, s.gov = true, newGovState(s.members)
+		}
 	}
 	r.mu.Unlock()
 	for {
@@ -382,22 +424,29 @@ func (r *run) body(n int64) client.Content {
 }
 
 // send runs the send phase: paced over all users at Rate, or one loop
-// per user as fast as its window allows.
+// per user as fast as its window allows. A user sends to the sessions it
+// is a member of as far as the run knows (r.of), so a member removed from
+// a group stops sending to it once the removal is known, and one added
+// starts; what it sent in between is the rules' to refuse.
 func (r *run) send(ctx context.Context) {
 	o := r.o
 	sctx, cancel := context.WithTimeout(ctx, o.Duration)
 	defer cancel()
-	of := make([][]*session, o.Users)
 	r.mu.Lock()
+	r.of = make([][]*session, o.Users)
 	ids := make([]string, 0, len(r.sessions))
 	for id := range r.sessions {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	var governed []*session
 	for _, id := range ids {
 		s := r.sessions[id]
 		for _, m := range s.members {
-			of[m] = append(of[m], s)
+			r.of[m] = append(r.of[m], s)
+		}
+		if s.governed {
+			governed = append(governed, s)
 		}
 	}
 	r.mu.Unlock()
@@ -405,12 +454,22 @@ func (r *run) send(ctx context.Context) {
 	defer wg.Wait()
 	stopBar := r.progress(sctx, time.Now())
 	defer stopBar()
+	for i, s := range governed {
+		r.govWG.Go(func() { r.govern(sctx, ctx, s, uint64(i)) })
+	}
+	// pick returns a session of u's to send to, nil when u has none now.
+	pick := func(u int, rnd *mrand.Rand) *session {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.of[u]) == 0 {
+			return nil
+		}
+		return r.of[u][rnd.IntN(len(r.of[u]))]
+	}
 	post := func(u int, s *session, at time.Time, n int64) {
 		id := client.NewMessageID()
 		r.mu.Lock()
 		r.msgs[id] = &sent{at: at, sender: u, session: s}
-		r.mu.Unlock()
-		r.mu.Lock()
 		r.scheduled++
 		r.mu.Unlock()
 		if _, err := r.clients[u].PostWithID(sctx, id, s.id, r.body(n)); err != nil {
@@ -436,7 +495,15 @@ func (r *run) send(ctx context.Context) {
 				var n int64
 				for at := range queues[u] {
 					n++
-					post(u, of[u][rnd.IntN(len(of[u]))], at, n)
+					if s := pick(u, rnd); s != nil {
+						post(u, s, at, n)
+						continue
+					}
+					// Removed from every session it had, for now.
+					r.mu.Lock()
+					r.scheduled++
+					r.errs["sender_in_no_session"]++
+					r.mu.Unlock()
 				}
 			})
 		}
@@ -445,9 +512,10 @@ func (r *run) send(ctx context.Context) {
 				close(q)
 			}
 		}()
+		// Under governance any user may be added to a group later.
 		var senders []int
-		for u := range of {
-			if len(of[u]) > 0 {
+		for u := range r.of {
+			if len(r.of[u]) > 0 || len(governed) > 0 {
 				senders = append(senders, u)
 			}
 		}
@@ -476,8 +544,8 @@ func (r *run) send(ctx context.Context) {
 			next = next.Add(interval)
 		}
 	}
-	for u := range of {
-		if len(of[u]) == 0 {
+	for u := range r.of {
+		if len(r.of[u]) == 0 && len(governed) == 0 {
 			continue
 		}
 		wg.Go(func() {
@@ -485,7 +553,16 @@ func (r *run) send(ctx context.Context) {
 			var n int64
 			for sctx.Err() == nil {
 				n++
-				post(u, of[u][rnd.IntN(len(of[u]))], time.Now(), n)
+				s := pick(u, rnd)
+				if s == nil {
+					// Out of every session for now: wait for an add.
+					select {
+					case <-sctx.Done():
+					case <-time.After(50 * time.Millisecond):
+					}
+					continue
+				}
+				post(u, s, time.Now(), n)
 			}
 		})
 	}
@@ -498,16 +575,25 @@ func (r *run) onFinish(p *client.Pending) {
 	defer r.mu.Unlock()
 	m := r.msgs[p.ClientMsgID]
 	if m == nil {
-		return // a setup command
+		return // a setup or governance command
 	}
 	if err != nil {
-		r.failed++
 		var se *client.ServerError
-		if errors.As(err, &se) {
+		switch {
+		case errors.As(err, &se) && IsRuleRefusal(se):
+			// Not lost: the rules decided it, and nothing of it is in the
+			// log (the chaos suite checks that against the log).
+			m.refused = true
+			r.refusedBy[se.Name]++
+			r.refused = append(r.refused, [2]string{m.session.id, p.ClientMsgID})
+		case se != nil:
+			r.failed++
 			r.errs[se.Name]++
-		} else {
+		default:
+			r.failed++
 			r.errs["client_closed"]++
 		}
+		r.signal()
 		return
 	}
 	r.ackLocked(m, ack.Seq)
@@ -522,11 +608,29 @@ func (r *run) onFinish(p *client.Pending) {
 	r.signal()
 }
 
+// IsRuleRefusal says whether err is a command refused by a group's rules
+// (or the gateway's membership check): final, and nothing of it is
+// sequenced. A retry with another client_msg_id may pass once the state
+// changes; it is not a failure of the pipeline.
+func IsRuleRefusal(err *client.ServerError) bool {
+	if err.Retryable {
+		return false
+	}
+	switch err.Name {
+	case "not_a_member", "muted", "not_permitted", "group_dissolved", "group_full":
+		return true
+	}
+	return false
+}
+
 // onEvent records what recipient u's app was handed.
 func (r *run) onEvent(u int, e client.Event) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if s := r.sessions[e.SessionID]; s != nil && s.governed {
+		r.observeLocked(s, u, e)
+	}
 	if e.Kind == "session_create" {
 		if r.created[e.SessionID] == nil {
 			r.created[e.SessionID] = map[int]bool{}
@@ -569,8 +673,9 @@ func (r *run) onEvent(u int, e client.Event) {
 		return
 	}
 	m.deliveredTo[u] = true
-	if m.acked {
+	if m.acked && slices.Contains(m.expect, u) {
 		r.undelivered--
+		m.session.undelivered--
 	}
 	r.delivered++
 	r.deliverMs = append(r.deliverMs, ms(now.Sub(m.at)))
@@ -590,11 +695,32 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // yet become undelivered.
 func (r *run) ackLocked(m *sent, seq int64) {
 	m.acked, m.seq = true, seq
-	for _, u := range m.session.members {
-		if u != m.sender && !m.deliveredTo[u] {
+	s := m.session
+	s.acked = append(s.acked, m)
+	m.expect = r.recipientsLocked(s, seq, m.sender)
+	for _, u := range m.expect {
+		if !m.deliveredTo[u] {
 			r.undelivered++
+			s.undelivered++
 		}
 	}
+}
+
+// recipientsLocked returns the members of s at seq but sender: its
+// first members, or for a governed group the members after every change
+// known before seq.
+func (r *run) recipientsLocked(s *session, seq int64, sender int) []int {
+	members := s.members
+	if s.governed {
+		members = s.gov.membersBefore(seq)
+	}
+	out := make([]int, 0, len(members))
+	for _, u := range members {
+		if u != sender {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // missingLocked returns, per recipient and session, the acked messages not
@@ -605,8 +731,8 @@ func (r *run) missingLocked() map[[2]string][]string {
 		if !m.acked {
 			continue
 		}
-		for _, u := range m.session.members {
-			if u != m.sender && !m.deliveredTo[u] {
+		for _, u := range m.expect {
+			if !m.deliveredTo[u] {
 				k := [2]string{r.users[u], m.session.id}
 				missing[k] = append(missing[k], id)
 			}
@@ -615,7 +741,9 @@ func (r *run) missingLocked() map[[2]string][]string {
 	return missing
 }
 
-// drain waits for outstanding ACKs and deliveries, at most Drain.
+// drain waits for outstanding ACKs and deliveries, at most Drain. It does
+// not wait for recipients removed from a group since: they can no longer
+// fill a gap by sync, and verify counts what they miss apart.
 func (r *run) drain(ctx context.Context) {
 	dctx, cancel := context.WithTimeout(ctx, r.o.Drain)
 	defer cancel()
@@ -623,7 +751,10 @@ func (r *run) drain(ctx context.Context) {
 	defer stopBar()
 	for {
 		r.mu.Lock()
-		undelivered, open := r.undelivered, r.posted-r.acked-r.failed
+		undelivered, open := r.undelivered, r.posted-r.acked-r.failed-int64(len(r.refused))
+		if undelivered > 0 && open == 0 {
+			undelivered -= r.beyondReachLocked()
+		}
 		r.mu.Unlock()
 		if undelivered == 0 && open == 0 {
 			return
@@ -637,10 +768,31 @@ func (r *run) drain(ctx context.Context) {
 	}
 }
 
+// beyondReachLocked counts the undelivered pairs of governed groups whose
+// recipient is not a member any more.
+func (r *run) beyondReachLocked() (n int64) {
+	for _, s := range r.sessions {
+		if !s.governed || s.undelivered == 0 {
+			continue
+		}
+		now := s.gov.current()
+		for _, m := range s.acked {
+			for _, u := range m.expect {
+				if !m.deliveredTo[u] && !slices.Contains(now, u) {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
 // verify looks for every acked message still missing at a recipient: a
 // resync of that recipient first (its SDK then delivers what the store
 // has), then a direct sync of the session. What sync returns is late, not
-// lost; what it does not return is lost.
+// lost; what it does not return is lost. A recipient no longer a member
+// of a governed group may not sync it (sync is for members): what it
+// missed before its removal is counted apart (missedBeforeRemoval).
 func (r *run) verify(ctx context.Context) {
 	r.mu.Lock()
 	missing := r.missingLocked()
@@ -662,6 +814,16 @@ func (r *run) verify(ctx context.Context) {
 	missing = r.missingLocked()
 	r.mu.Unlock()
 	for k, ids := range missing {
+		r.mu.Lock()
+		s, u := r.sessions[k[1]], r.byUser[k[0]]
+		gone := s.governed && !s.gov.isMember(u)
+		if gone {
+			r.missedRemoved += int64(len(ids))
+		}
+		r.mu.Unlock()
+		if gone {
+			continue
+		}
 		found := map[string]bool{}
 		after := int64(0)
 		for {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -28,21 +29,43 @@ type Report struct {
 	// was 4096 messages behind).
 	Scheduled int64 `json:"scheduled"`
 	// Sent counts messages posted; Acked those with an ok ACK (a seq);
-	// Failed those answered with a final error or not answered by the end
-	// of the drain.
-	Sent   int64 `json:"sent"`
-	Acked  int64 `json:"acked"`
-	Failed int64 `json:"failed"`
-	// Expected is acked messages times their recipients (members other
-	// than the sender); Delivered the distinct (message, recipient) pairs
-	// handed to a recipient's app.
-	Expected  int64 `json:"expected_deliveries"`
-	Delivered int64 `json:"delivered"`
+	// Refused those a group's rules refused (IsRuleRefusal: muted,
+	// not_a_member, ...), which are not sequenced and not expected
+	// anywhere; Failed those answered with another final error or not
+	// answered by the end of the drain. Sent = Acked + Refused + Failed.
+	Sent    int64 `json:"sent"`
+	Acked   int64 `json:"acked"`
+	Refused int64 `json:"refused"`
+	Failed  int64 `json:"failed"`
+	// RefusedByCode splits Refused by error name; RefusedIDs lists them
+	// as (session_id, client_msg_id).
+	RefusedByCode map[string]int64 `json:"refused_by_code,omitempty"`
+	RefusedIDs    [][2]string      `json:"-"`
+	// Expected is acked messages times their recipients (the members at
+	// the message's seq other than the sender); Delivered the distinct
+	// (message, recipient) pairs of those handed to a recipient's app.
+	// DeliveredAsHistory: messages handed to a member that was not one at
+	// their seq (a rejoined member's gap filled from history).
+	Expected           int64 `json:"expected_deliveries"`
+	Delivered          int64 `json:"delivered"`
+	DeliveredAsHistory int64 `json:"delivered_as_history,omitempty"`
 	// Late: acked, not delivered by the end, but returned by a final sync
 	// of the recipient. Lost: acked and neither delivered nor returned by
 	// sync.
 	Late int64 `json:"late"`
 	Lost int64 `json:"lost"`
+	// MissedBeforeRemoval: acked while a recipient was a member, never
+	// handed to it, and out of its reach at the end because it is no
+	// longer a member (sync is for members). Not counted in Lost.
+	MissedBeforeRemoval int64 `json:"missed_before_removal,omitempty"`
+	// DeliveredAfterRemoval: events of a group handed to a user at a seq
+	// where it was not a member, that did not rejoin after it: a removed
+	// member must get its removal and nothing after. Must be 0.
+	DeliveredAfterRemoval int64 `json:"delivered_after_removal"`
+	// GovernanceOps is every governance operation issued
+	// (Options.Governance); Governance splits them by operation.
+	GovernanceOps int64                   `json:"governance_ops"`
+	Governance    map[string]GovernanceOp `json:"governance,omitempty"`
 	// Duplicated: an event handed to an app twice, or one client message
 	// under two seqs. OutOfOrder: an event handed over below a seq the app
 	// already had for the session.
@@ -128,19 +151,42 @@ func (r *run) report(sendSecs float64) Report {
 	rep := Report{
 		Users: o.Users, Sessions: o.Sessions, Groups: o.groups(), GroupSize: o.GroupSize, Gateways: len(o.Gateways),
 		BodyBytes: o.BodyBytes, TargetRate: o.Rate,
-		Scheduled: r.scheduled, Sent: r.posted, Acked: r.acked, Failed: r.posted - r.acked, Delivered: r.delivered,
-		Late: r.late, Lost: r.lost, Duplicated: r.dups, OutOfOrder: r.ooo,
-		DurationS: sendSecs, Errors: map[string]int64{},
+		Scheduled: r.scheduled, Sent: r.posted, Acked: r.acked, Refused: int64(len(r.refused)),
+		Failed: r.posted - r.acked - int64(len(r.refused)), Late: r.late, Lost: r.lost, MissedBeforeRemoval: r.missedRemoved,
+		Duplicated: r.dups, OutOfOrder: r.ooo, DurationS: sendSecs, Errors: map[string]int64{},
+		RefusedByCode: maps.Clone(r.refusedBy), RefusedIDs: slices.Clone(r.refused),
 	}
 	for k, v := range r.errs {
 		rep.Errors[k] = v
 	}
-	if unanswered := r.posted - r.acked - r.failed; unanswered > 0 {
+	if unanswered := r.posted - r.acked - r.failed - rep.Refused; unanswered > 0 {
 		rep.Errors["unanswered"] = unanswered
 	}
 	for _, m := range r.msgs {
-		if m.acked {
-			rep.Expected += int64(len(m.session.members) - 1)
+		if !m.acked {
+			continue
+		}
+		rep.Expected += int64(len(m.expect))
+		for u := range m.deliveredTo {
+			if slices.Contains(m.expect, u) {
+				rep.Delivered++
+			} else {
+				rep.DeliveredAsHistory++
+			}
+		}
+	}
+	if len(r.govOps) > 0 {
+		rep.Governance = map[string]GovernanceOp{}
+		for k, v := range r.govOps {
+			c := *v
+			c.Refused = maps.Clone(v.Refused)
+			rep.Governance[k] = c
+			rep.GovernanceOps += v.Issued
+		}
+	}
+	for _, s := range r.sessions {
+		if s.governed {
+			rep.DeliveredAfterRemoval += s.gov.afterRemoval()
 		}
 	}
 	if sendSecs > 0 {
@@ -184,10 +230,10 @@ func (rep Report) Table(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "%d users, %d sessions (%d groups of %d), %d gateways, %d-byte bodies, target %s, %.1fs\n\n",
 		rep.Users, rep.Sessions, rep.Groups, rep.GroupSize, rep.Gateways, rep.BodyBytes, rate, rep.DurationS)
-	fmt.Fprintln(tw, "sent\tacked\tfailed\tdelivered\texpected\tlate\tlost\tduplicated\tout_of_order\tmsg/s\t")
-	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t\n", rep.Sent, rep.Acked, rep.Failed, rep.Delivered, rep.Expected,
+	fmt.Fprintln(tw, "sent\tacked\trefused\tfailed\tdelivered\texpected\tlate\tlost\tduplicated\tout_of_order\tmsg/s\t")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t\n", rep.Sent, rep.Acked, rep.Refused, rep.Failed, rep.Delivered, rep.Expected,
 		rep.Late, rep.Lost, rep.Duplicated, rep.OutOfOrder, rep.RateMsgsPerS)
-	fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t")
+	fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t\t")
 	fmt.Fprintln(tw, "latency ms\tp50\tp90\tp99\tp99.9\tmax\tsamples\t")
 	fmt.Fprintf(tw, "send→ACK\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n", rep.AckP50Ms, rep.AckP90Ms, rep.AckP99Ms, rep.AckP999Ms, rep.AckMaxMs, len(rep.AckSamples))
 	fmt.Fprintf(tw, "send→deliver\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n", rep.DeliverP50Ms, rep.DeliverP90Ms, rep.DeliverP99Ms, rep.DeliverP999Ms, rep.DeliverMaxMs, len(rep.DeliverSamples))
@@ -195,16 +241,42 @@ func (rep Report) Table(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "\nclients: %d reconnects, %d resends, %d retryable errors, %d gap fills\n", rep.Reconnects, rep.Resent, rep.RetryableErrors, rep.GapFills)
+	if rep.GovernanceOps > 0 {
+		fmt.Fprintf(w, "governance: %s\n", rep.GovernanceSummary())
+		fmt.Fprintf(w, "refused sends: %d %s; delivered after removal %d, as history %d, missed before removal %d\n",
+			rep.Refused, counts(rep.RefusedByCode), rep.DeliveredAfterRemoval, rep.DeliveredAsHistory, rep.MissedBeforeRemoval)
+	}
 	if len(rep.Errors) > 0 {
-		var parts []string
-		for k, v := range rep.Errors {
-			parts = append(parts, fmt.Sprintf("%s=%d", k, v))
-		}
-		slices.Sort(parts)
-		_, err := fmt.Fprintf(w, "errors: %s\n", strings.Join(parts, " "))
+		_, err := fmt.Fprintf(w, "errors: %s\n", counts(rep.Errors))
 		return err
 	}
 	return nil
+}
+
+// GovernanceSummary says in one line how many governance operations were
+// issued, accepted, refused and failed, and each operation's count.
+func (rep Report) GovernanceSummary() string {
+	var ok, refused, failed int64
+	per := map[string]int64{}
+	for name, g := range rep.Governance {
+		ok += g.OK
+		failed += g.Failed
+		for _, n := range g.Refused {
+			refused += n
+		}
+		per[name] = g.Issued
+	}
+	return fmt.Sprintf("%d ops (%d ok, %d refused, %d failed) %s", rep.GovernanceOps, ok, refused, failed, counts(per))
+}
+
+// counts writes name=count pairs in name order.
+func counts(m map[string]int64) string {
+	parts := make([]string, 0, len(m))
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
 }
 
 // progress draws a progress bar until the returned stop is called or ctx
@@ -235,11 +307,11 @@ func (r *run) progress(ctx context.Context, began time.Time) func() {
 
 func (r *run) draw(el, total time.Duration) {
 	r.mu.Lock()
-	sent, acked, del, failed := r.posted, r.acked, r.delivered, r.failed
+	sent, acked, del, failed, refused := r.posted, r.acked, r.delivered, r.failed, len(r.refused)
 	r.mu.Unlock()
 	frac := min(float64(el)/float64(max(total, 1)), 1)
 	const width = 30
 	n := int(frac * width)
-	fmt.Fprintf(r.o.Progress, "\r[%s%s] %5.1fs sent %d acked %d delivered %d failed %d   ",
-		strings.Repeat("#", n), strings.Repeat(".", width-n), el.Seconds(), sent, acked, del, failed)
+	fmt.Fprintf(r.o.Progress, "\r[%s%s] %5.1fs sent %d acked %d delivered %d refused %d failed %d   ",
+		strings.Repeat("#", n), strings.Repeat(".", width-n), el.Seconds(), sent, acked, del, refused, failed)
 }

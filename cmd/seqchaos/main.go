@@ -9,8 +9,9 @@
 // the PostgreSQL binaries; it starts its own Redis and PostgreSQL. It
 // prints the table, writes the JSON report and exits with status 1 when
 // anything acknowledged was lost or duplicated, a seq was reused or went
-// back, order broke, an online recipient missed a message, or a fault did
-// not recover within -max-recovery.
+// back, order broke, an online recipient missed a message, the log holds
+// an event its group's rules refuse, a removed member was handed a later
+// event, or a fault did not recover within -max-recovery.
 package main
 
 import (
@@ -49,6 +50,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	rate := fs.Float64("rate", 20, "load: messages per second over all users")
 	users := fs.Int("users", 12, "load: users, one connection each")
 	sessions := fs.Int("sessions", 6, "load: sessions, half of them groups of 4")
+	governance := fs.Duration("governance", 500*time.Millisecond, "load: one governance operation per group every this long (±50%); 0 turns it off")
 	maxFaults := fs.Int("max-faults", 0, "stop injecting after this many faults (0: as many as fit)")
 	minFaults := fs.Int("min-faults", 0, "fail when fewer faults were injected (default 50, -short 8)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds (default all, -short the short set); see internal/testkit/chaos")
@@ -63,8 +65,11 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	st := config.LoadLocal()
 	o := chaos.Options{
 		Brokers: st.Kafka3Brokers, Root: st.Root, Seed: *seed, Duration: *duration, Rate: *rate, Users: *users,
-		Sessions: *sessions, MaxFaults: *maxFaults, MinFaults: *minFaults, SessionTimeout: *sessionTimeout,
+		Sessions: *sessions, Governance: *governance, MaxFaults: *maxFaults, MinFaults: *minFaults, SessionTimeout: *sessionTimeout,
 		MaxRecovery: *maxRecovery, Keep: *keep, Out: out,
+	}
+	if o.Governance == 0 {
+		o.Governance = -1 // off (chaos.Options takes 0 for its default)
 	}
 	if *verbose {
 		o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))

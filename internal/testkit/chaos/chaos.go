@@ -69,6 +69,11 @@ type Options struct {
 	// Users and Sessions of the load (half the sessions are groups of 4).
 	// Defaults 12 and 6.
 	Users, Sessions int
+	// Governance is the load's governance interval per group
+	// (load.Options.Governance): members added, removed, muted, promoted,
+	// leaving and rejoining while the load sends. Default 500ms; negative
+	// turns it off.
+	Governance time.Duration
 	// Partitions of every keyed topic (replication factor 3). Default 6.
 	Partitions int32
 	// SessionTimeout is every consumer group's session timeout; zombie
@@ -112,6 +117,12 @@ func (o *Options) defaults() error {
 	}
 	if o.Sessions == 0 {
 		o.Sessions = 6
+	}
+	switch {
+	case o.Governance == 0:
+		o.Governance = 500 * time.Millisecond
+	case o.Governance < 0:
+		o.Governance = 0
 	}
 	if o.Partitions == 0 {
 		o.Partitions = 6
@@ -224,6 +235,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			"users": strconv.Itoa(o.Users), "sessions": strconv.Itoa(o.Sessions), "rate": fmt.Sprint(o.Rate),
 			"duration": o.Duration.String(), "partitions": fmt.Sprint(o.Partitions), "session_timeout": o.SessionTimeout.String(),
 			"brokers": strings.Join(o.Brokers, ","), "topic_prefix": s.prefix, "logs": s.o.Dir, "instances_per_service": strconv.Itoa(instances),
+			"governance": o.Governance.String(),
 		}}
 	defer s.teardown()
 	if err := s.setup(ctx); err != nil {
@@ -271,7 +283,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	go func() {
 		lr, err := load.Run(ctx, load.Options{
 			Gateways: urls, Secret: s.secret, Users: o.Users, Sessions: o.Sessions, GroupShare: 0.5, GroupSize: min(4, o.Users),
-			Rate: o.Rate, Duration: o.Duration, Drain: 90 * time.Second, BodyBytes: 64, UserPrefix: "c" + s.id,
+			Rate: o.Rate, Duration: o.Duration, Drain: 90 * time.Second, BodyBytes: 64, UserPrefix: "c" + s.id, Governance: o.Governance,
 			Progress: writerFunc(func(p []byte) (int, error) { once.Do(func() { close(started) }); return len(p), nil }),
 		})
 		loadDone <- result{lr, err}
@@ -333,7 +345,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	fmt.Fprintf(o.Out, "chaos %s: auditing the log and the store\n", s.id)
 	actx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	c, err := verify(actx, o.Brokers, s.topics, s.pool, s.book.Acked(), sequencerStep, 2*time.Minute)
+	c, err := verify(actx, o.Brokers, s.topics, s.pool, s.book.Acked(), rep.Load.RefusedIDs, sequencerStep, 2*time.Minute)
 	if err != nil {
 		return nil, &SetupError{"audit", err}
 	}

@@ -45,6 +45,15 @@ type Checks struct {
 	// (a send from a member muted or removed before it, a kick by a
 	// demoted admin), found by replaying the log through internal/groups.
 	AcceptedNotAllowed int `json:"accepted_not_allowed"`
+	// Refusals: refusal records on the duplicates topic; RefusedInLog
+	// (not a harm, not counted by Harm): sends the load was finally told
+	// were refused whose client message has an event in the log anyway. A
+	// refused command is decided again when retried (docs/protocol.md,
+	// "Groups"), so an attempt refused while an earlier one of the same
+	// client_msg_id was accepted, or the other way round, tells the client
+	// one outcome and the log another.
+	Refusals     int `json:"refusals"`
+	RefusedInLog int `json:"refused_in_log"`
 	// Store against log, all events: rows missing, rows not in the log,
 	// rows that differ.
 	StoreMissing    int `json:"store_missing"`
@@ -97,11 +106,13 @@ func sentFromLog(l *logcheck.Log, acked []Acked) []logcheck.Sent {
 	return sent
 }
 
-// checkLog compares the committed log with the acked set. step is the
-// sequencer's segment step, the largest gap one crash may leave.
-func checkLog(l *logcheck.Log, acked []Acked, step int64) (Checks, map[logKey]logcheck.Event) {
+// checkLog compares the committed log with the acked set, and the sends
+// the load was told were refused ((session_id, client_msg_id)) with it.
+// step is the sequencer's segment step, the largest gap one crash may
+// leave.
+func checkLog(l *logcheck.Log, acked []Acked, refused [][2]string, step int64) (Checks, map[logKey]logcheck.Event) {
 	r := logcheck.Check(l, sentFromLog(l, acked), step)
-	c := Checks{LogEvents: len(l.Events), Sessions: r.Sessions, MaxGap: r.MaxGap,
+	c := Checks{LogEvents: len(l.Events), Sessions: r.Sessions, MaxGap: r.MaxGap, Refusals: r.Refusals,
 		DuplicatedInLog: len(r.Duplicated), SeqReused: len(r.SeqReused), SeqRegressions: len(r.SeqRegressions),
 		OrderViolations: len(r.OrderViolations), BadDuplicateAcks: len(r.BadDuplicateAcks), AcceptedNotAllowed: len(r.NotAllowed)}
 	first := map[logKey]logcheck.Event{}
@@ -123,6 +134,12 @@ func checkLog(l *logcheck.Log, acked []Acked, step int64) (Checks, map[logKey]lo
 				a.SessionID, a.ClientMsgID, a.Seq, a.MsgID, a.Conflict, ev.Seq, ev.MsgID)
 		default:
 			c.AckedInLog++
+		}
+	}
+	for _, rf := range refused {
+		if ev, ok := first[logKey{rf[0], rf[1]}]; ok {
+			c.RefusedInLog++
+			c.finding("refused, yet in the log: %s/%s at seq %d", rf[0], rf[1], ev.Seq)
 		}
 	}
 	for _, group := range [][]string{r.Duplicated, r.SeqReused, r.SeqRegressions, r.OrderViolations, r.BadDuplicateAcks, r.Unexpected, r.NotAllowed} {
@@ -151,12 +168,12 @@ func (c Checks) Harm() int {
 // verify runs every check: the log (internal/audit) against the acked set,
 // then the store (internal/store/audit) against the log, waiting up to
 // settle for the persisters to catch up.
-func verify(ctx context.Context, brokers []string, t eventlog.Topics, pool *pgxpool.Pool, acked []Acked, step int64, settle time.Duration) (Checks, error) {
+func verify(ctx context.Context, brokers []string, t eventlog.Topics, pool *pgxpool.Pool, acked []Acked, refused [][2]string, step int64, settle time.Duration) (Checks, error) {
 	l, err := logcheck.Read(ctx, brokers, t)
 	if err != nil {
 		return Checks{}, fmt.Errorf("read the log: %w", err)
 	}
-	c, first := checkLog(l, acked, step)
+	c, first := checkLog(l, acked, refused, step)
 	var cmp *rebuild.Report
 	deadline := time.Now().Add(settle)
 	for {

@@ -20,34 +20,40 @@ func TestCheckLog(t *testing.T) {
 	}
 	clean := []logcheck.Event{ev("s", 1, 10, "a", 0), ev("s", 2, 11, "b", 1), ev("s", 1001, 12, "c", 2), ev("t", 1, 20, "x", 0)}
 	cases := []struct {
-		name   string
-		events []logcheck.Event
-		acked  []Acked
-		want   func(Checks) bool
-		what   string
+		name       string
+		events     []logcheck.Event
+		acked      []Acked
+		refused    [][2]string
+		notAllowed []string
+		want       func(Checks) bool
+		what       string
 	}{
-		{"clean, with a gap of one step", clean, []Acked{ack("s", "a", 1, "10"), ack("s", "c", 1001, "12"), ack("t", "x", 1, "20")},
+		{"clean, with a gap of one step", clean, []Acked{ack("s", "a", 1, "10"), ack("s", "c", 1001, "12"), ack("t", "x", 1, "20")}, nil, nil,
 			func(c Checks) bool { return c.Harm() == 0 && c.AckedInLog == 3 && c.MaxGap == 998 }, "no harm, 3 acked in the log"},
-		{"acked, not in the log", clean, []Acked{ack("s", "zz", 4, "99")},
+		{"acked, not in the log", clean, []Acked{ack("s", "zz", 4, "99")}, nil, nil,
 			func(c Checks) bool { return c.LostFromLog == 1 && c.Harm() == 1 }, "lost_from_log 1"},
-		{"acked with another seq", clean, []Acked{ack("s", "b", 3, "11")},
+		{"acked with another seq", clean, []Acked{ack("s", "b", 3, "11")}, nil, nil,
 			func(c Checks) bool { return c.AckSeqMismatch == 1 && c.Harm() == 1 }, "ack_seq_mismatch 1"},
-		{"acked twice with different seqs", clean, []Acked{{SessionID: "s", ClientMsgID: "b", Seq: 2, MsgID: "11", Acks: 2, Conflict: true}},
+		{"acked twice with different seqs", clean, []Acked{{SessionID: "s", ClientMsgID: "b", Seq: 2, MsgID: "11", Acks: 2, Conflict: true}}, nil, nil,
 			func(c Checks) bool { return c.AckSeqMismatch == 1 }, "ack_seq_mismatch 1"},
-		{"one client message, two seqs", append(clean, ev("s", 1002, 13, "a", 3)), nil,
+		{"one client message, two seqs", append(clean, ev("s", 1002, 13, "a", 3)), nil, nil, nil,
 			func(c Checks) bool { return c.DuplicatedInLog == 1 }, "duplicated_in_log 1"},
-		{"a seq given twice", append(clean, ev("t", 1, 21, "y", 1)), nil,
+		{"a seq given twice", append(clean, ev("t", 1, 21, "y", 1)), nil, nil, nil,
 			func(c Checks) bool { return c.SeqReused == 1 && c.SeqRegressions == 1 }, "seq_reused 1, seq_regressions 1"},
-		{"seq going back", append(clean, ev("s", 500, 14, "d", 3)), nil,
+		{"seq going back", append(clean, ev("s", 500, 14, "d", 3)), nil, nil, nil,
 			func(c Checks) bool { return c.SeqRegressions == 1 && c.SeqReused == 0 }, "seq_regressions 1"},
-		{"a gap over one step", append(clean, ev("s", 3000, 14, "d", 3)), nil,
+		{"a gap over one step", append(clean, ev("s", 3000, 14, "d", 3)), nil, nil, nil,
 			func(c Checks) bool { return c.SeqRegressions == 1 }, "seq_regressions 1 (gap)"},
-		{"uplink order broken", append(clean, ev("s", 1002, 14, "d", 1)), nil,
+		{"uplink order broken", append(clean, ev("s", 1002, 14, "d", 1)), nil, nil, nil,
 			func(c Checks) bool { return c.OrderViolations == 1 }, "order_violations 1"},
+		{"a send the rules refuse, sequenced", clean, nil, nil, []string{"s seq 2 (message by u2): muted"},
+			func(c Checks) bool { return c.AcceptedNotAllowed == 1 && c.Harm() == 1 }, "accepted_not_allowed 1"},
+		{"refused sends: one not in the log, one in it", clean, nil, [][2]string{{"s", "zz"}, {"s", "b"}}, nil,
+			func(c Checks) bool { return c.RefusedInLog == 1 && c.Harm() == 0 }, "refused_in_log 1, not a harm"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, _ := checkLog(&logcheck.Log{Events: c.events}, c.acked, 1000)
+			got, _ := checkLog(&logcheck.Log{Events: c.events, NotAllowed: c.notAllowed}, c.acked, c.refused, 1000)
 			if !c.want(got) {
 				b, _ := json.Marshal(got)
 				t.Fatalf("checks %s, want %s", b, c.what)
@@ -76,6 +82,11 @@ func TestJudge(t *testing.T) {
 		{"too few faults", func(*Report) {}, 4, false, "only 3 faults"},
 		{"lost from the store", func(r *Report) { r.Checks.LostFromStore = 1 }, 1, false, "lost = 1"},
 		{"an online recipient missed one", func(r *Report) { r.Load.Lost = 2 }, 1, false, "undelivered_online = 2"},
+		{"a removed member got a later event", func(r *Report) { r.Load.DeliveredAfterRemoval = 1 }, 1, false, "delivered_after_removal = 1"},
+		{"a muted member's send sequenced", func(r *Report) { r.Checks.AcceptedNotAllowed = 1 }, 1, false, "accepted_not_allowed = 1"},
+		{"refusals are not harm", func(r *Report) {
+			r.Load.Refused, r.Load.MissedBeforeRemoval, r.Checks.RefusedInLog, r.Load.GovernanceOps = 5, 1, 1, 9
+		}, 1, true, ""},
 		{"app saw one twice", func(r *Report) { r.Load.Duplicated = 1 }, 1, false, "app_duplicates = 1"},
 		{"app saw one out of order", func(r *Report) { r.Load.OutOfOrder = 1 }, 1, false, "order_violations = 1"},
 		{"store has an extra row", func(r *Report) { r.Checks.StoreExtra = 1 }, 1, false, "store_extra = 1"},
@@ -109,7 +120,8 @@ func TestReportJSONKeys(t *testing.T) {
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
 	for _, k := range []string{"faults_injected", "acked", "lost", "duplicated", "seq_reused", "seq_regressions",
-		"order_violations", "undelivered_online", "max_recovery_s", "seed", "faults", "ok"} {
+		"order_violations", "undelivered_online", "accepted_not_allowed", "delivered_after_removal", "refused", "governance_ops",
+		"max_recovery_s", "seed", "faults", "ok"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("chaos.json lacks %q", k)
 		}

@@ -377,7 +377,7 @@ func (b *ackBook) close(cs *connState) {
 
 func isCommand(op string) bool {
 	switch op {
-	case "send", "edit", "recall", "create_session", "members":
+	case "send", "edit", "recall", "create_session", "members", "group":
 		return true
 	}
 	return false

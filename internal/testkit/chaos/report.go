@@ -43,7 +43,8 @@ type FaultResult struct {
 
 // Report is the outcome of a run; its JSON is .data/reports/chaos.json.
 // The harm counters (lost, duplicated, seq_reused, seq_regressions,
-// order_violations, undelivered_online and the details) must all be 0.
+// order_violations, undelivered_online, accepted_not_allowed,
+// delivered_after_removal and the details) must all be 0.
 type Report struct {
 	Seed      uint64  `json:"seed"`
 	Short     bool    `json:"short"`
@@ -72,6 +73,22 @@ type Report struct {
 	// duplicated); AppOutOfOrder: below a seq it already had.
 	AppDuplicates int `json:"app_duplicates"`
 	AppOutOfOrder int `json:"app_out_of_order"`
+	// AcceptedNotAllowed: events the groups' rules refuse at their seq
+	// (Checks.AcceptedNotAllowed). DeliveredAfterRemoval: events of a
+	// group handed to a user removed from it (or gone) before them, that
+	// did not rejoin after (the load's delivered_after_removal).
+	AcceptedNotAllowed    int `json:"accepted_not_allowed"`
+	DeliveredAfterRemoval int `json:"delivered_after_removal"`
+
+	// Not harm, what the governance in the load did: GovernanceOps
+	// issued; Refused, the load's sends its groups' rules refused (muted,
+	// not_a_member, ...), neither acked nor lost; MissedBeforeRemoval,
+	// acked while a recipient was a member, never handed to it, and out of
+	// its reach once removed; RefusedInLog, see Checks.
+	GovernanceOps       int `json:"governance_ops"`
+	Refused             int `json:"refused"`
+	MissedBeforeRemoval int `json:"missed_before_removal"`
+	RefusedInLog        int `json:"refused_in_log"`
 
 	MaxRecoveryS map[Kind]float64 `json:"max_recovery_s"`
 	// RecoveryTargetS is the session timeout plus 5s; RecoveryLimitS the
@@ -105,6 +122,9 @@ func (r *Report) judge(minFaults int) {
 	r.UndeliveredOnline = int(r.Load.Lost)
 	r.AppDuplicates, r.AppOutOfOrder = int(r.Load.Duplicated), int(r.Load.OutOfOrder)
 	r.OrderViolations = c.OrderViolations + r.AppOutOfOrder
+	r.AcceptedNotAllowed, r.DeliveredAfterRemoval = c.AcceptedNotAllowed, int(r.Load.DeliveredAfterRemoval)
+	r.GovernanceOps, r.Refused, r.MissedBeforeRemoval = int(r.Load.GovernanceOps), int(r.Load.Refused), int(r.Load.MissedBeforeRemoval)
+	r.RefusedInLog = c.RefusedInLog
 	r.FaultsByKind, r.MaxRecoveryS = map[Kind]int{}, map[Kind]float64{}
 	r.FaultsInjected, r.OverTarget = 0, 0
 	r.Failures = nil
@@ -127,7 +147,8 @@ func (r *Report) judge(minFaults int) {
 		n    int
 	}{{"lost", r.Lost}, {"duplicated", r.Duplicated}, {"seq_reused", r.SeqReused}, {"seq_regressions", r.SeqRegressions},
 		{"order_violations", r.OrderViolations}, {"undelivered_online", r.UndeliveredOnline}, {"app_duplicates", r.AppDuplicates},
-		{"ack_seq_mismatch", c.AckSeqMismatch}, {"bad_duplicate_acks", c.BadDuplicateAcks}, {"accepted_not_allowed", c.AcceptedNotAllowed},
+		{"ack_seq_mismatch", c.AckSeqMismatch}, {"bad_duplicate_acks", c.BadDuplicateAcks}, {"accepted_not_allowed", r.AcceptedNotAllowed},
+		{"delivered_after_removal", r.DeliveredAfterRemoval},
 		{"store_missing", c.StoreMissing}, {"store_extra", c.StoreExtra}, {"store_mismatched", c.StoreMismatched}} {
 		if h.n != 0 {
 			r.Failures = append(r.Failures, fmt.Sprintf("%s = %d", h.name, h.n))
@@ -159,12 +180,22 @@ func (r *Report) Table(w io.Writer) error {
 	}{{"lost", r.Lost}, {"duplicated", r.Duplicated}, {"seq_reused", r.SeqReused}, {"seq_regressions", r.SeqRegressions},
 		{"order_violations", r.OrderViolations}, {"undelivered_online", r.UndeliveredOnline}, {"app_duplicates", r.AppDuplicates},
 		{"ack_seq_mismatch", r.Checks.AckSeqMismatch}, {"bad_duplicate_acks", r.Checks.BadDuplicateAcks},
-		{"accepted_not_allowed", r.Checks.AcceptedNotAllowed},
+		{"accepted_not_allowed", r.AcceptedNotAllowed}, {"delivered_after_removal", r.DeliveredAfterRemoval},
 		{"store_missing/extra/mismatched", r.Checks.StoreMissing + r.Checks.StoreExtra + r.Checks.StoreMismatched}} {
 		fmt.Fprintf(tw, "%s\t%d\t\n", row.name, row.n)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if r.GovernanceOps > 0 {
+		fmt.Fprintf(w, "(governance: %s)\n", r.Load.GovernanceSummary())
+		var codes []string
+		for k, v := range r.Load.RefusedByCode {
+			codes = append(codes, fmt.Sprintf("%s=%d", k, v))
+		}
+		slices.Sort(codes)
+		fmt.Fprintf(w, "(refused sends %d %s, refusal records %d, refused yet in the log %d, missed before removal %d)\n",
+			r.Refused, strings.Join(codes, " "), r.Checks.Refusals, r.RefusedInLog, r.MissedBeforeRemoval)
 	}
 	fmt.Fprintf(w, "(probe round before faults: %s)\n", r.ProbeBaseline)
 	fmt.Fprintf(w, "(log events %d, store rows %d, sessions %d, max seq gap %d, late deliveries %d)\n\n",
