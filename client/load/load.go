@@ -512,10 +512,9 @@ func (r *run) send(ctx context.Context) {
 				close(q)
 			}
 		}()
-		// Under governance any user may be added to a group later.
 		var senders []int
 		for u := range r.of {
-			if len(r.of[u]) > 0 || len(governed) > 0 {
+			if len(r.of[u]) > 0 {
 				senders = append(senders, u)
 			}
 		}
@@ -531,6 +530,26 @@ func (r *run) send(ctx context.Context) {
 				}
 			} else if sctx.Err() != nil {
 				return
+			}
+			if len(governed) > 0 {
+				// Members come and go: the senders are who is in a
+				// session now.
+				r.mu.Lock()
+				senders = senders[:0]
+				for u := range r.of {
+					if len(r.of[u]) > 0 {
+						senders = append(senders, u)
+					}
+				}
+				r.mu.Unlock()
+			}
+			if len(senders) == 0 { // an owner stays in its group: cannot be
+				r.mu.Lock()
+				r.scheduled++
+				r.errs["sender_in_no_session"]++
+				r.mu.Unlock()
+				next = next.Add(interval)
+				continue
 			}
 			u := senders[rnd.IntN(len(senders))]
 			select {
