@@ -33,15 +33,18 @@ type api struct {
 	signals  *signals
 	devices  *devices
 	settings *settings
-	log      *slog.Logger
+	// recounter recounts a connection's unread after a read below its seed.
+	recounter *recounter
+	log       *slog.Logger
 	m        *metrics
 	now      func() time.Time
 }
 
 func newAPI(cfg Config, verifier *auth.Verifier, signer *auth.Signer, gate *gate, hub *hub, pw presenceWriter, limits *limiter,
-	up *uplink, history *history, receipts *receipts, signals *signals, devices *devices, settings *settings, log *slog.Logger, m *metrics, now func() time.Time) *api {
+	up *uplink, history *history, receipts *receipts, signals *signals, devices *devices, settings *settings, recounter *recounter, log *slog.Logger, m *metrics, now func() time.Time) *api {
 	return &api{cfg: cfg, verifier: verifier, signer: signer, gate: gate, hub: hub, presence: pw, limits: limits,
-		up: up, history: history, receipts: receipts, signals: signals, devices: devices, settings: settings, log: log, m: m, now: now}
+		up: up, history: history, receipts: receipts, signals: signals, devices: devices, settings: settings, recounter: recounter,
+		log: log, m: m, now: now}
 }
 
 // query answers sync, changes, read, the member, device and presence
@@ -60,8 +63,10 @@ func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) 
 		res, aerr = a.history.changes(ctx, p, f)
 	case wire.OpRead:
 		res, aerr = a.receipts.read(ctx, p, f)
-		if aerr == nil && a.settings.showsReads(ctx, p.UserID) {
-			a.signals.cursor(p.UserID, f.SessionID, wire.ReceiptRead, f.Seq)
+		if aerr == nil {
+			// To the user's own devices always (their unread counts), to
+			// the other members unless the user turned read receipts off.
+			a.signals.cursor(p.UserID, f.SessionID, wire.ReceiptRead, f.Seq, a.settings.showsReads(ctx, p.UserID))
 		}
 	case wire.OpSeenBy:
 		res, aerr = a.history.seenBy(ctx, p, f)

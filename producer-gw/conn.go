@@ -19,6 +19,7 @@ import (
 	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/presence"
+	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -64,6 +65,9 @@ type conn struct {
 	mu      sync.Mutex
 	lastSeq map[string]int64 // per session, the highest seq written
 	rc      *receiptBatch
+	// unread is the connection's unread counts (unread.go), from its
+	// first changes on; nil before.
+	unread *unreadCounts
 }
 
 func (c *conn) presence() presence.Conn {
@@ -277,6 +281,30 @@ func (c *conn) handle(f *wire.ClientFrame) {
 	case !a.limits.allow(context.Background(), c.p):
 		c.sendError(f.ReqID, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
 		return
+	case f.Op == wire.OpChanges:
+		// Over WebSocket, changes also seeds the counts the pushes carry.
+		c.beginUnread()
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		res, states, aerr := a.history.changesStates(ctx, c.p, f)
+		cancel()
+		c.seedUnread(states, aerr == nil)
+		if aerr != nil {
+			c.sendError(f.ReqID, "", aerr)
+			return
+		}
+		c.enqueueJSON(res)
+		return
+	case f.Op == wire.OpRead:
+		res, aerr := a.query(context.Background(), c.p, f)
+		if aerr != nil {
+			c.sendError(f.ReqID, "", aerr)
+			return
+		}
+		c.enqueueJSON(res)
+		// This device's counts at once; the user's other devices learn the
+		// cursor from the read fan-out.
+		c.ownRead(f.SessionID, f.Seq)
+		return
 	case f.Op == wire.OpSignOut:
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		res, sig, aerr := a.devices.signOut(ctx, c.p, f)
@@ -383,18 +411,88 @@ func (c *conn) offer(b []byte) bool {
 // deliver writes a pushed event unless the connection already got a later
 // (or the same) seq of the session: what a device receives is strictly
 // increasing per session; anything it misses it finds by sync.
-func (c *conn) deliver(session string, seq int64, frame []byte) string {
+func (c *conn) deliver(session string, seq int64, frame []byte, note func() unreadNote) string {
 	c.mu.Lock()
 	if seq <= c.lastSeq[session] {
 		c.mu.Unlock()
 		return "dropped_order"
 	}
 	c.lastSeq[session] = seq
-	c.mu.Unlock()
+	if c.unread == nil {
+		c.mu.Unlock()
+		if !c.enqueue(frame) {
+			return "dropped_closed"
+		}
+		return "delivered"
+	}
+	// Counted: queued under the lock, so the counts a client reads only
+	// ever come in the order they were taken.
+	defer c.mu.Unlock()
+	if attach, unread, total := c.unread.event(session, note()); attach {
+		frame = wire.AppendUnread(make([]byte, 0, len(frame)+48), frame, unread, total)
+	}
 	if !c.enqueue(frame) {
 		return "dropped_closed"
 	}
 	return "delivered"
+}
+
+// beginUnread starts (or restarts) the connection's unread counts: call
+// it before reading the store's counts, then seedUnread.
+func (c *conn) beginUnread() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unread == nil {
+		c.unread = newUnreadCounts(c.p.UserID)
+	}
+	c.unread.begin()
+}
+
+// seedUnread takes the store's counts (the changes the client was
+// answered); a failed changes passes nil and keeps counting nothing.
+func (c *conn) seedUnread(states []store.SessionState, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok {
+		c.unread = nil
+		return
+	}
+	c.unread.seed(states)
+}
+
+// ownRead moves a session's counts to the user's read cursor seq (a read
+// on any of their devices) and tells the client, or asks the store to
+// count again when the seed's range may stay partly unread.
+func (c *conn) ownRead(session string, seq int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unread == nil {
+		return
+	}
+	changed, recount, unread, total := c.unread.read(session, seq)
+	switch {
+	case recount:
+		c.api.recounter.post(c, session, seq)
+	case changed:
+		c.enqueueUnread(session, seq, unread, total)
+	}
+}
+
+// recounted takes a recount's answer (recounter).
+func (c *conn) recounted(session string, cursor, n, upTo int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unread == nil {
+		return
+	}
+	if ok, unread, total := c.unread.recounted(session, cursor, n, upTo); ok {
+		c.enqueueUnread(session, cursor, unread, total)
+	}
+}
+
+// enqueueUnread queues an unread frame; c.mu is held.
+func (c *conn) enqueueUnread(session string, readSeq, unread, total int64) {
+	c.enqueueJSON(wire.UnreadFrame{Op: wire.OpUnread, SessionID: session, ReadSeq: readSeq, Unread: unread, TotalUnread: total})
 }
 
 // writeLoop writes queued frames, pings every Heartbeat and closes the

@@ -116,6 +116,13 @@ func (d *downlink) onEphemeral(e *imv1.Ephemeral, recipients []*imv1.Recipient) 
 		switch {
 		case c == nil || c.p.UserID != r.UserId:
 			d.m.pushItems.WithLabelValues("dropped_no_conn").Inc()
+		case r.UserId == e.SenderUserId:
+			// The user's own read cursor: it moves this device's unread
+			// counts, and is not shown as a receipt.
+			if rd := e.GetRead(); rd != nil {
+				c.ownRead(e.SessionId, rd.Seq)
+				d.m.pushItems.WithLabelValues("own_read").Inc()
+			}
 		case !c.offer(frame):
 			d.m.pushItems.WithLabelValues("dropped_ephemeral_full").Inc()
 		default:
@@ -137,7 +144,17 @@ func (d *downlink) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient
 	d.seqs.resolveSeq("pusher", ackKey{ev.SessionId, ev.ClientMsgId, ev.SenderUserId},
 		seqResult{seq: ev.Seq, msgID: ev.MsgId, serverTs: ev.ServerTsMs,
 			uplink: uplinkPos{ev.UplinkPartition, ev.UplinkOffset, true}})
-	var frame []byte
+	var (
+		frame []byte
+		n     *unreadNote
+	)
+	note := func() unreadNote {
+		if n == nil {
+			v := noteOf(ev)
+			n = &v
+		}
+		return *n
+	}
 	for _, r := range recipients {
 		c := d.conns.conn(r.ConnId)
 		if c == nil || c.p.UserID != r.UserId {
@@ -156,7 +173,7 @@ func (d *downlink) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient
 				return
 			}
 		}
-		d.m.pushItems.WithLabelValues(c.deliver(ev.SessionId, ev.Seq, frame)).Inc()
+		d.m.pushItems.WithLabelValues(c.deliver(ev.SessionId, ev.Seq, frame, note)).Inc()
 	}
 }
 

@@ -82,6 +82,8 @@ type Gateway struct {
 	signals  *signals
 	devices  *devices
 	settings *settings
+	// recounter recounts unread counts after reads (unread.go).
+	recounter *recounter
 	api      *api
 }
 
@@ -158,6 +160,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	bg.Go(func() error { return g.limits.Run(bgCtx) })
 	bg.Go(func() error { return g.waiters.Run(bgCtx) })
 	bg.Go(func() error { return g.signals.Run(bgCtx) })
+	bg.Go(func() error { return g.recounter.Run(bgCtx) })
 	bg.Go(func() error { return g.devices.Run(bgCtx) })
 	bg.Go(func() error {
 		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz}).Run(bgCtx)
@@ -262,6 +265,7 @@ func (g *Gateway) compose() {
 	g.up = newUplink(g.cfg, g.gate, g.kc, g.members, lookups{g.pool, g.store}, g.waiters, g.tracer, g.log, g.m, g.now)
 	g.down = newDownlink(g.cfg.GatewayID, g.receiver, g.waiters, g.members, g.hub, g.tracer, g.log, g.m)
 	g.settings = newSettings(presence.NewSettings(g.rdb), g.log)
+	g.recounter = newRecounter(g.store, g.log, g.m)
 	g.history = newHistory(g.store, g.members, g.settings, g.log)
 	g.receipts = newReceipts(g.cfg, g.kc, g.members, g.log, g.m, g.now)
 	g.signals = newSignals(g.cfg.GatewayID, g.members, g.store, g.presence, g.sender, g.log, g.m, g.now)
@@ -269,7 +273,7 @@ func (g *Gateway) compose() {
 	g.devices = newDevices(g.cfg, presence.NewDevices(g.rdb, g.cfg.DeviceRetention), g.presence, g.presence, lookups{g.pool, g.store},
 		g.hub, g.log, g.m, g.now)
 	g.hub.refreshed = g.devices.refresh
-	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.signals, g.devices, g.settings, g.log, g.m, g.now)
+	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.signals, g.devices, g.settings, g.recounter, g.log, g.m, g.now)
 }
 
 func (g *Gateway) closeClients() {

@@ -302,6 +302,9 @@ type frame struct {
 	Members int64    `json:"members"`
 	// settings results.
 	ReadReceipts bool `json:"read_receipts"`
+	// Unread counts on pushed events and unread frames.
+	Unread  *int64 `json:"unread"`
+	ReadSeq int64  `json:"read_seq"`
 
 	raw []byte // the frame as sent
 }

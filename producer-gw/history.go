@@ -111,20 +111,29 @@ func (h *history) page(ctx context.Context, f *wire.ClientFrame, res *wire.SyncR
 // changes returns the user's sessions with their max and read seqs,
 // leaving out those the gateway saw the user leave.
 func (h *history) changes(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.ChangesResult, *apierr.Error) {
+	res, _, err := h.changesStates(ctx, p, f)
+	return res, err
+}
+
+// changesStates is changes with the store's states it answered from,
+// which seed a connection's unread counts.
+func (h *history) changesStates(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.ChangesResult, []store.SessionState, *apierr.Error) {
 	states, err := h.store.Changes(ctx, p.UserID)
 	if err != nil {
-		return wire.ChangesResult{}, storeError(err)
+		return wire.ChangesResult{}, nil, storeError(err)
 	}
 	res := wire.ChangesResult{Op: wire.OpResult, ReqID: f.ReqID, Sessions: make([]wire.SessionChange, 0, len(states))}
+	kept := states[:0]
 	for _, s := range states {
 		if !h.members.mayReceive(s.SessionID, p.UserID, s.MaxSeq) {
 			continue
 		}
+		kept = append(kept, s)
 		res.Sessions = append(res.Sessions, wire.SessionChange{SessionID: s.SessionID, MaxSeq: s.MaxSeq, ReadSeq: s.ReadSeq,
 			Preview: s.LastPreview, Unread: s.Unread, MemberVersion: s.MemberVersion, Role: s.Role})
 		res.TotalUnread += s.Unread
 	}
-	return res, nil
+	return res, kept, nil
 }
 
 // seenByListed is the largest session whose seen_by lists the users; a

@@ -23,6 +23,9 @@ type metrics struct {
 	// own buckets because Redis failed or was cooling down after a failure.
 	rateFallbacks prometheus.Counter
 	signals       *prometheus.CounterVec // by signal (typing, read) and outcome
+	// unreadRecounts counts the store recounts of unread counts after a
+	// read below a connection's seed, by outcome: ok, error, dropped_queue_full.
+	unreadRecounts *prometheus.CounterVec
 	badBatches    prometheus.Counter
 	pushBatches   *prometheus.CounterVec   // by transport
 	seqResults    *prometheus.CounterVec   // by source, matched
@@ -87,6 +90,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_gateway_signals_total",
 			Help: "Ephemeral signals from this gateway's clients (typing, read cursors fanned out), by signal and outcome: sent, rate_limited, not_a_member, dropped_queue_full, dropped_large_group, dropped_error.",
 		}, []string{"signal", "outcome"}),
+		unreadRecounts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_unread_recounts_total",
+			Help: "Unread counts asked of the store again after a read below what a connection's changes counted, by outcome: ok, error, dropped_queue_full.",
+		}, []string{"outcome"}),
 		rateFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_rate_limit_fallbacks_total",
 			Help: "Rate-limit decisions taken by this instance's own buckets because Redis did not answer (or failed less than a second ago).",
@@ -124,6 +131,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
 		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
-		m.deviceSignals, m.signOutChecks)
+		m.deviceSignals, m.signOutChecks, m.unreadRecounts)
 	return m
 }

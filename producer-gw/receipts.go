@@ -47,7 +47,7 @@ func newReceipts(cfg Config, kafka receiptProducer, members memberChecker, log *
 // cursorSink takes the cursor of a receipt once Kafka has it (signals), to
 // show the other members. It does not block.
 type cursorSink interface {
-	cursor(user, session, kind string, seq int64)
+	cursor(user, session, kind string, seq int64, shown bool)
 }
 
 // read produces the read receipt of f and waits for Kafka's answer, within
@@ -186,7 +186,7 @@ func (b *receiptBatch) produce(cursors map[string]int64) {
 			}
 			r.m.receipts.WithLabelValues("delivery").Inc()
 			if r.cursors != nil {
-				r.cursors.cursor(b.p.UserID, session, wire.ReceiptDelivered, seq)
+				r.cursors.cursor(b.p.UserID, session, wire.ReceiptDelivered, seq, true)
 			}
 		})
 	}

@@ -81,10 +81,18 @@ type signals struct {
 
 	mu      sync.Mutex
 	lists   map[string]memberList // session → members, reused for memberListTTL
-	cursors map[cursorKey]int64   // read and delivery cursors waiting for the next flush
+	cursors map[cursorKey]cursorVal // read and delivery cursors waiting for the next flush
 }
 
 type cursorKey struct{ session, user, kind string }
+
+// cursorVal is a cursor waiting for the flush: the highest seq, and whether
+// it may be shown to the other members (false when any read it covers was
+// made with read receipts off).
+type cursorVal struct {
+	seq   int64
+	shown bool
+}
 
 type memberList struct {
 	users []string
@@ -95,7 +103,7 @@ func newSignals(gatewayID string, members memberChecker, list memberLister, pr p
 	log *slog.Logger, m *metrics, now func() time.Time) *signals {
 	return &signals{gatewayID: gatewayID, members: members, list: list, presence: pr, send: send,
 		limits: newLimiters(typingRate, typingBurst, now), queue: make(chan *imv1.Ephemeral, typingQueue),
-		log: log, m: m, now: now, lists: map[string]memberList{}, cursors: map[cursorKey]int64{}}
+		log: log, m: m, now: now, lists: map[string]memberList{}, cursors: map[cursorKey]cursorVal{}}
 }
 
 // post takes a typing frame of p's device. It blocks only on the
@@ -123,11 +131,17 @@ func (t *signals) post(ctx context.Context, p auth.Principal, f *wire.ClientFram
 
 // cursor takes the read (kind wire.ReceiptRead) or delivery
 // (wire.ReceiptDelivered) cursor of a durable receipt of user, to show the
-// other members at the next flush. It only touches memory.
-func (t *signals) cursor(user, session, kind string, seq int64) {
+// other members at the next flush (unless !shown) and, a read cursor, to
+// the user's own devices, whose unread counts follow it. It only touches
+// memory.
+func (t *signals) cursor(user, session, kind string, seq int64, shown bool) {
 	k := cursorKey{session, user, kind}
 	t.mu.Lock()
-	t.cursors[k] = max(t.cursors[k], seq)
+	v, ok := t.cursors[k]
+	if !ok {
+		v.shown = true
+	}
+	t.cursors[k] = cursorVal{seq: max(v.seq, seq), shown: v.shown && shown}
 	t.mu.Unlock()
 }
 
@@ -147,45 +161,56 @@ func (t *signals) Run(ctx context.Context) error {
 		case <-flush.C:
 			t.mu.Lock()
 			cursors := t.cursors
-			t.cursors = map[cursorKey]int64{}
+			t.cursors = map[cursorKey]cursorVal{}
 			t.mu.Unlock()
-			for k, seq := range cursors {
+			for k, v := range cursors {
 				e := &imv1.Ephemeral{SessionId: k.session, SenderUserId: k.user}
 				if k.kind == wire.ReceiptRead {
-					e.Signal = &imv1.Ephemeral_Read{Read: &imv1.Read{Seq: seq}}
+					e.Signal = &imv1.Ephemeral_Read{Read: &imv1.Read{Seq: v.seq}}
+					t.fanOut(ctx, e, v.shown, true)
 				} else {
-					e.Signal = &imv1.Ephemeral_Delivered{Delivered: &imv1.Delivered{Seq: seq}}
+					e.Signal = &imv1.Ephemeral_Delivered{Delivered: &imv1.Delivered{Seq: v.seq}}
+					t.fanOut(ctx, e, v.shown, false)
 				}
-				t.fanOut(ctx, e)
 			}
 		case e := <-t.queue:
-			t.fanOut(ctx, e)
+			t.fanOut(ctx, e, true, false)
 		}
 	}
 }
 
-// fanOut hands e to the gateways of the other members' connections; a
-// lookup or send that fails drops it (counted).
-func (t *signals) fanOut(ctx context.Context, e *imv1.Ephemeral) {
+// fanOut hands e to the gateways of the other members' connections
+// (toOthers) and of the sender's own (toSelf); a lookup or send that fails
+// drops it (counted).
+func (t *signals) fanOut(ctx context.Context, e *imv1.Ephemeral, toOthers, toSelf bool) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	users, err := t.memberList(ctx, e.SessionId)
-	if err != nil {
-		t.m.signals.WithLabelValues(signalName(e), "dropped_error").Inc()
-		t.log.Warn("typing: list members", "session_id", e.SessionId, "err", err)
-		return
-	}
-	if len(users) > typingMaxMembers {
-		t.m.signals.WithLabelValues(signalName(e), "dropped_large_group").Inc()
-		return
-	}
-	others := make([]string, 0, len(users))
-	for _, u := range users {
-		if u != e.SenderUserId {
-			others = append(others, u)
+	var targets []string
+	if toOthers {
+		users, err := t.memberList(ctx, e.SessionId)
+		switch {
+		case err != nil:
+			t.m.signals.WithLabelValues(signalName(e), "dropped_error").Inc()
+			t.log.Warn("typing: list members", "session_id", e.SessionId, "err", err)
+			return
+		case len(users) > typingMaxMembers:
+			t.m.signals.WithLabelValues(signalName(e), "dropped_large_group").Inc()
+		default:
+			targets = make([]string, 0, len(users))
+			for _, u := range users {
+				if u != e.SenderUserId {
+					targets = append(targets, u)
+				}
+			}
 		}
 	}
-	conns, err := t.presence.Lookup(ctx, others)
+	if toSelf {
+		targets = append(targets, e.SenderUserId)
+	}
+	if len(targets) == 0 {
+		return
+	}
+	conns, err := t.presence.Lookup(ctx, targets)
 	if err != nil {
 		t.m.signals.WithLabelValues(signalName(e), "dropped_error").Inc()
 		t.log.Warn("typing: presence lookup", "session_id", e.SessionId, "err", err)

@@ -31,7 +31,7 @@ func webRoutes(t *testing.T, set map[string]string) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newAPI(g.cfg, g.verifier, g.signer, g.gate, nil, nil, nil, nil, nil, nil, nil, nil, nil, g.log, g.m, g.now).routes()
+	return newAPI(g.cfg, g.verifier, g.signer, g.gate, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, g.log, g.m, g.now).routes()
 }
 
 func TestWebConfig(t *testing.T) {

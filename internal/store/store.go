@@ -246,6 +246,25 @@ func (s *Store) Changes(ctx context.Context, userID string) ([]SessionState, err
 	return out, nil
 }
 
+// UnreadAfter counts what Changes counts as unread for userID in one
+// session if their read cursor were after: the chat messages of others
+// with a seq above after, left out recalled ones. upTo is the highest seq
+// the store held for the session when it counted (0 for none), so a
+// caller that saw events beyond it adds their messages itself.
+func (s *Store) UnreadAfter(ctx context.Context, sessionID, userID string, after int64) (n, upTo int64, err error) {
+	q := s.q()
+	err = s.pool.QueryRow(ctx, fmt.Sprintf(`
+		SELECT (SELECT count(*) FROM %[1]s.messages u
+		        WHERE u.session_id = $1 AND u.seq > $3 AND u.kind = 'message'
+		          AND u.sender_user_id <> $2 AND u.recalled_seq IS NULL),
+		       COALESCE((SELECT last_seq FROM %[1]s.sessions WHERE session_id = $1), 0)`, q),
+		sessionID, userID, after).Scan(&n, &upTo)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count unread of %s in %s: %w", userID, sessionID, err)
+	}
+	return n, upTo, nil
+}
+
 // SeenBy says who of a session's current members has read it up to seq
 // (read cursor >= seq), leaving out the sender of seq: their count, the
 // session's member count, and their user IDs, sorted, when the session

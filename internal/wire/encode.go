@@ -75,7 +75,27 @@ func (f *EventFrame) AppendJSON(dst []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.Unread != nil {
+		dst = append(dst, `,"unread":`...)
+		dst = strconv.AppendInt(dst, *f.Unread, 10)
+	}
+	if f.TotalUnread != nil {
+		dst = append(dst, `,"total_unread":`...)
+		dst = strconv.AppendInt(dst, *f.TotalUnread, 10)
+	}
 	return append(dst, '}'), nil
+}
+
+// AppendUnread appends frame, the JSON of an EventFrame without Unread and
+// TotalUnread, with them set to unread and total: the bytes AppendJSON
+// writes for it, without encoding the event again for every recipient.
+func AppendUnread(dst, frame []byte, unread, total int64) []byte {
+	dst = append(dst, frame[:len(frame)-1]...)
+	dst = append(dst, `,"unread":`...)
+	dst = strconv.AppendInt(dst, unread, 10)
+	dst = append(dst, `,"total_unread":`...)
+	dst = strconv.AppendInt(dst, total, 10)
+	return append(dst, '}')
 }
 
 // AppendJSON appends the JSON of m, as json.Marshal writes it; see

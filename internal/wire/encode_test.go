@@ -168,3 +168,24 @@ func fill(v reflect.Value) {
 		v.Set(s)
 	}
 }
+
+// TestAppendUnreadMatchesEncodingJSON: the count spliced into an event
+// frame encoded once is what json.Marshal writes for the frame with it.
+func TestAppendUnreadMatchesEncodingJSON(t *testing.T) {
+	for _, n := range []struct{ unread, total int64 }{{0, 0}, {1, 3}, {12345, 99999999}} {
+		f := EventFrame{Op: OpEvent, Event: Message{SessionID: "g-1", Seq: 7, MsgID: "9", SenderUserID: "bob", ServerTs: 5, Kind: KindMessage, Type: TypeText, Body: []byte(`"hi"`)}}
+		plain, err := f.AppendJSON(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := AppendUnread(nil, plain, n.unread, n.total)
+		f.Unread, f.TotalUnread = &n.unread, &n.total
+		want, err := json.Marshal(&f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("AppendUnread = %s\nwant           %s", got, want)
+		}
+	}
+}

@@ -252,6 +252,12 @@ type SeenByResult struct {
 type EventFrame struct {
 	Op    string  `json:"op"`
 	Event Message `json:"event"`
+	// Unread and TotalUnread are, on a chat message or a recall pushed to
+	// a connection that asked changes, the user's unread count of the
+	// event's session and over all sessions, after the event (see
+	// UnreadFrame).
+	Unread      *int64 `json:"unread,omitempty"`
+	TotalUnread *int64 `json:"total_unread,omitempty"`
 }
 
 // SyncResult answers sync. After after_seq, and around around_seq, the
