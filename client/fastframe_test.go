@@ -109,3 +109,13 @@ func BenchmarkDecodeFrame_Event200B(b *testing.B) {
 		}
 	})
 }
+
+// TestDecodeFastTakesUnreadCounts: an event frame with the unread counts
+// the gateway attaches after changes stays on the fast path.
+func TestDecodeFastTakesUnreadCounts(t *testing.T) {
+	var f serverFrame
+	b := []byte(`{"op":"event","event":{"session_id":"g-1","seq":4,"msg_id":"9","sender_user_id":"bob","server_ts":5,"kind":"message","type":"text","body":"hi"},"unread":3,"total_unread":7}`)
+	if !decodeFast(b, &f) || f.Unread != 3 || f.TotalUnread != 7 || f.Event == nil || f.Event.Seq != 4 {
+		t.Fatalf("decodeFast = %+v", f)
+	}
+}

@@ -31,6 +31,10 @@ type serverFrame struct {
 	// HasMoreBefore: older messages precede an around_seq page.
 	HasMoreBefore bool                 `json:"has_more_before"`
 	Sessions      []wire.SessionChange `json:"sessions"`
+	// Unread counts: on events after changes, in unread frames, and the
+	// total in changes results.
+	Unread      int64 `json:"unread"`
+	TotalUnread int64 `json:"total_unread"`
 
 	ConnID        string `json:"conn_id"`
 	UserID        string `json:"user_id"`
