@@ -251,7 +251,7 @@ func TestGroupStateFromSnapshot(t *testing.T) {
 		mustOK(co, map[string]any{"op": "group", "action": "set_role", "session_id": sid, "user_id": adm, "role": "admin"})
 		sids = append(sids, sid)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // CI runs packages side by side
 	defer cancel()
 	for { // every partition's snapshot holds the role changes
 		var n int
