@@ -1,0 +1,251 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// unreadStep is one thing a connection's counts see: an event pushed to
+// it (ev) or a read of the user's (read > 0), with what it must return.
+type unreadStep struct {
+	session string
+	ev      *imv1.SequencedEvent
+	read    int64
+	// For an event: whether its frame carries the counts, and which. For
+	// a read: whether the counts changed, and the store must recount.
+	attach, recount     bool
+	wantUnread, wantTot int64
+}
+
+func uMsg(s string, seq int64, from string) *imv1.SequencedEvent {
+	return &imv1.SequencedEvent{SessionId: s, Seq: seq, SenderUserId: from,
+		Payload: &imv1.SequencedEvent_Message{Message: &imv1.MessageContent{Type: "text", Body: []byte("x")}}}
+}
+
+func uEdit(s string, seq int64, from string, target int64) *imv1.SequencedEvent {
+	e := uMsg(s, seq, from)
+	e.Payload = &imv1.SequencedEvent_Edit{Edit: &imv1.Edit{TargetSeq: target, Content: &imv1.MessageContent{Type: "text", Body: []byte("y")}}}
+	return e
+}
+
+func uRecall(s string, seq int64, from string, target int64) *imv1.SequencedEvent {
+	e := uMsg(s, seq, from)
+	e.Payload = &imv1.SequencedEvent_Recall{Recall: &imv1.Recall{TargetSeq: target}}
+	return e
+}
+
+func uMember(s string, seq int64, from string, op imv1.MembershipChange_Op, users ...string) *imv1.SequencedEvent {
+	e := uMsg(s, seq, from)
+	e.Payload = &imv1.SequencedEvent_Membership{Membership: &imv1.MembershipChange{Op: op, UserIds: users}}
+	return e
+}
+
+func uCreate(s string, seq int64, from string, members ...string) *imv1.SequencedEvent {
+	e := uMsg(s, seq, from)
+	e.Payload = &imv1.SequencedEvent_SessionCreate{SessionCreate: &imv1.SessionCreate{Kind: imv1.SessionKind_SESSION_KIND_GROUP, MemberUserIds: members}}
+	return e
+}
+
+func uGroup(s string, seq int64, from string, g *imv1.GroupChange) *imv1.SequencedEvent {
+	e := uMsg(s, seq, from)
+	e.Payload = &imv1.SequencedEvent_Group{Group: g}
+	return e
+}
+
+// TestUnreadCounts drives one connection's counts (alice's) from a seed
+// through pushed events and reads, and checks what each returns and the
+// counts of every session and the total at the end: messages of others
+// above the read cursor count, her own do not, edits, membership and
+// governance events never do, a recalled unread message stops counting.
+func TestUnreadCounts(t *testing.T) {
+	const me = "alice"
+	// s1: read up to 4 of 5, one unread; s2: three unread up to 10.
+	seed := []store.SessionState{
+		{SessionID: "s1", MaxSeq: 5, ReadSeq: 4, JoinedSeq: 1, Unread: 1},
+		{SessionID: "s2", MaxSeq: 10, ReadSeq: 7, JoinedSeq: 1, Unread: 3},
+	}
+	opAdd, opRemove := imv1.MembershipChange_OP_ADD, imv1.MembershipChange_OP_REMOVE
+	for _, c := range []struct {
+		name     string
+		steps    []unreadStep
+		want     map[string]int64 // every session's count at the end
+		wantTot  int64
+		sessions []string // the sessions counted at the end (nil: s1, s2)
+	}{
+		{
+			name:  "seed only",
+			want:  map[string]int64{"s1": 1, "s2": 3},
+			steps: nil, wantTot: 4,
+		},
+		{
+			name: "messages of others above the cursor count",
+			steps: []unreadStep{
+				{session: "s1", ev: uMsg("s1", 6, "bob"), attach: true, wantUnread: 2, wantTot: 5},
+				{session: "s1", ev: uMsg("s1", 7, "carol"), attach: true, wantUnread: 3, wantTot: 6},
+				{session: "s2", ev: uMsg("s2", 11, "bob"), attach: true, wantUnread: 4, wantTot: 7},
+			},
+			want: map[string]int64{"s1": 3, "s2": 4}, wantTot: 7,
+		},
+		{
+			name: "own messages do not count",
+			steps: []unreadStep{
+				{session: "s1", ev: uMsg("s1", 6, me), attach: true, wantUnread: 1, wantTot: 4},
+				{session: "s1", ev: uMsg("s1", 7, "bob"), attach: true, wantUnread: 2, wantTot: 5},
+				{session: "s1", ev: uMsg("s1", 8, me), attach: true, wantUnread: 2, wantTot: 5},
+			},
+			want: map[string]int64{"s1": 2, "s2": 3}, wantTot: 5,
+		},
+		{
+			name: "edits, membership and governance do not count",
+			steps: []unreadStep{
+				{session: "s1", ev: uEdit("s1", 6, "bob", 5)},
+				{session: "s1", ev: uMember("s1", 7, "bob", opAdd, "dave")},
+				{session: "s1", ev: uMember("s1", 8, "bob", opRemove, "dave")},
+				{session: "s1", ev: uGroup("s1", 9, "bob", &imv1.GroupChange{Op: &imv1.GroupChange_Mute_{Mute: &imv1.GroupChange_Mute{UserId: "carol", UntilMs: 1}}})},
+				{session: "s1", ev: uGroup("s1", 10, "erin", &imv1.GroupChange{Op: &imv1.GroupChange_Join_{Join: &imv1.GroupChange_Join{ByInviteCode: true}}})},
+				{session: "s2", ev: uEdit("s2", 11, "bob", 9)},
+			},
+			want: map[string]int64{"s1": 1, "s2": 3}, wantTot: 4,
+		},
+		{
+			name: "a recall of a read or own message does not count",
+			steps: []unreadStep{
+				{session: "s1", ev: uRecall("s1", 6, "bob", 3), attach: true, wantUnread: 1, wantTot: 4},
+				{session: "s1", ev: uMsg("s1", 7, me), attach: true, wantUnread: 1, wantTot: 4},
+				{session: "s1", ev: uRecall("s1", 8, me, 7), attach: true, wantUnread: 1, wantTot: 4},
+			},
+			want: map[string]int64{"s1": 1, "s2": 3}, wantTot: 4,
+		},
+		{
+			name: "a recalled unread message stops counting",
+			steps: []unreadStep{
+				{session: "s1", ev: uMsg("s1", 6, "bob"), attach: true, wantUnread: 2, wantTot: 5},
+				{session: "s1", ev: uMsg("s1", 7, "bob"), attach: true, wantUnread: 3, wantTot: 6},
+				// A message pushed since the seed,
+				{session: "s1", ev: uRecall("s1", 8, "bob", 6), attach: true, wantUnread: 2, wantTot: 5},
+				// and one the seed counted.
+				{session: "s2", ev: uRecall("s2", 11, "carol", 9), attach: true, wantUnread: 2, wantTot: 4},
+			},
+			want: map[string]int64{"s1": 2, "s2": 2}, wantTot: 4,
+		},
+		{
+			name: "reads move the counts; below the seed the store recounts",
+			steps: []unreadStep{
+				{session: "s1", ev: uMsg("s1", 6, "bob"), attach: true, wantUnread: 2, wantTot: 5},
+				{session: "s1", ev: uMsg("s1", 7, "bob"), attach: true, wantUnread: 3, wantTot: 6},
+				{session: "s1", read: 6, attach: true, wantUnread: 1, wantTot: 4},
+				{session: "s1", read: 6}, // not past the cursor: nothing
+				{session: "s1", ev: uMsg("s1", 8, "bob"), attach: true, wantUnread: 2, wantTot: 5},
+				// Part of the seed's (7, 10] may stay unread: the counts
+				// stay as they are until the store answers (TestUnreadRecounted).
+				{session: "s2", read: 8, attach: true, recount: true, wantUnread: 3, wantTot: 5},
+			},
+			want: map[string]int64{"s1": 2, "s2": 3}, wantTot: 5,
+		},
+		{
+			name: "a session joined after the seed counts only after the join",
+			steps: []unreadStep{
+				{session: "s3", ev: uCreate("s3", 1, "bob", me, "carol")},
+				{session: "s3", ev: uMsg("s3", 2, "bob"), attach: true, wantUnread: 1, wantTot: 5},
+				{session: "s3", ev: uMsg("s3", 3, me), attach: true, wantUnread: 1, wantTot: 5},
+				{session: "s3", ev: uEdit("s3", 4, "bob", 2)},
+			},
+			want: map[string]int64{"s1": 1, "s2": 3, "s3": 1}, wantTot: 5, sessions: []string{"s1", "s2", "s3"},
+		},
+		{
+			name: "leaving a session takes its count out of the total",
+			steps: []unreadStep{
+				{session: "s2", ev: uMsg("s2", 11, "bob"), attach: true, wantUnread: 4, wantTot: 5},
+				{session: "s2", ev: uMember("s2", 12, "bob", opRemove, me)},
+				{session: "s1", ev: uMsg("s1", 6, "bob"), attach: true, wantUnread: 2, wantTot: 2},
+			},
+			want: map[string]int64{"s1": 2}, wantTot: 2, sessions: []string{"s1"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			u := newUnreadCounts(me)
+			u.begin()
+			u.seed(seed)
+			for i, st := range c.steps {
+				if st.ev != nil {
+					attach, unread, total := u.event(st.session, noteOf(st.ev))
+					if attach != st.attach || unread != st.wantUnread || total != st.wantTot {
+						t.Fatalf("step %d (%s seq %d): event = (%v, %d, %d), want (%v, %d, %d)",
+							i, st.session, st.ev.Seq, attach, unread, total, st.attach, st.wantUnread, st.wantTot)
+					}
+					continue
+				}
+				changed, recount, unread, total := u.read(st.session, st.read)
+				if changed != st.attach || recount != st.recount || unread != st.wantUnread || total != st.wantTot {
+					t.Fatalf("step %d (read %s to %d): read = (%v, %v, %d, %d), want (%v, %v, %d, %d)",
+						i, st.session, st.read, changed, recount, unread, total, st.attach, st.recount, st.wantUnread, st.wantTot)
+				}
+			}
+			sessions := c.sessions
+			if sessions == nil {
+				sessions = []string{"s1", "s2"}
+			}
+			if len(u.sessions) != len(sessions) {
+				t.Fatalf("%d sessions counted, want %v", len(u.sessions), sessions)
+			}
+			var sum int64
+			for _, s := range sessions {
+				us := u.sessions[s]
+				if us == nil {
+					t.Fatalf("session %s not counted", s)
+				}
+				if us.unread() != c.want[s] {
+					t.Errorf("unread of %s = %d, want %d", s, us.unread(), c.want[s])
+				}
+				sum += us.unread()
+			}
+			if u.total != c.wantTot || u.total != sum {
+				t.Errorf("total = %d, want %d (sessions sum to %d)", u.total, c.wantTot, sum)
+			}
+		})
+	}
+}
+
+// TestUnreadEventsWhileSeeding: events written while a changes is being
+// answered are replayed after the seed, those the store already counted
+// (at or below its max seq) left alone.
+func TestUnreadEventsWhileSeeding(t *testing.T) {
+	u := newUnreadCounts("alice")
+	u.begin()
+	for _, ev := range []*imv1.SequencedEvent{uMsg("s1", 5, "bob"), uMsg("s1", 6, "bob"), uMsg("s1", 7, "alice")} {
+		if attach, _, _ := u.event("s1", noteOf(ev)); attach {
+			t.Fatalf("seq %d: counts attached while seeding", ev.Seq)
+		}
+	}
+	u.seed([]store.SessionState{{SessionID: "s1", MaxSeq: 5, ReadSeq: 3, JoinedSeq: 1, Unread: 2}})
+	if got := u.sessions["s1"].unread(); got != 3 || u.total != 3 {
+		t.Fatalf("after the seed: unread %d, total %d, want 3, 3 (2 counted by the store, seq 6 by the gateway)", got, u.total)
+	}
+}
+
+// TestUnreadRecounted: the store's recount after a read below the seed
+// replaces the seed's part, leaves out a recalled message the store does
+// not know is recalled yet, and is dropped when the cursor moved since.
+func TestUnreadRecounted(t *testing.T) {
+	u := newUnreadCounts("alice")
+	u.begin()
+	u.seed([]store.SessionState{{SessionID: "s1", MaxSeq: 10, ReadSeq: 2, JoinedSeq: 1, Unread: 5}})
+	// bob recalls seq 8 (counted by the seed): 4 left.
+	if _, unread, total := u.event("s1", noteOf(uRecall("s1", 11, "bob", 8))); unread != 4 || total != 4 {
+		t.Fatalf("after the recall: %d, %d, want 4, 4", unread, total)
+	}
+	if _, recount, _, _ := u.read("s1", 6); !recount {
+		t.Fatal("a read below the seed's max did not ask for a recount")
+	}
+	if ok, _, _ := u.recounted("s1", 5, 1, 10); ok {
+		t.Fatal("a recount for an older cursor was taken")
+	}
+	// The store held seqs up to 10 but not the recall (11): it counted
+	// 7..10 of others, 8 among them.
+	ok, unread, total := u.recounted("s1", 6, 3, 10)
+	if !ok || unread != 2 || total != 2 {
+		t.Fatalf("recounted = (%v, %d, %d), want (true, 2, 2)", ok, unread, total)
+	}
+}
