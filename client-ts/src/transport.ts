@@ -1,0 +1,146 @@
+// How the client opens a WebSocket: a Dialer returns an open Socket. The
+// browser dialer uses the platform WebSocket (globalThis.WebSocket), which
+// cannot set headers, so the token goes in ?access_token= (docs/protocol.md,
+// "Connecting"); the Node dialer (node.ts) uses the ws package and an
+// Authorization header.
+
+import { ConnectionLostError, HandshakeError, ServerError, type ErrorBody } from './errors.js';
+
+/** An open WebSocket, reduced to what the client uses. */
+export interface Socket {
+  /** Sends a text frame; throws when the socket is closed. */
+  send(text: string): void;
+  close(code?: number, reason?: string): void;
+  /** Set by the client: every text frame received. */
+  onmessage: (text: string) => void;
+  /** Set by the client: called once when the socket is closed, with the close code and reason. */
+  onclose: (code: number, reason: string) => void;
+}
+
+/**
+ * A Dialer opens a WebSocket to url with token. It resolves once the
+ * socket is open and rejects with a HandshakeError when the gateway
+ * refused the handshake (401 for a bad token), or another Error when the
+ * gateway could not be reached. signal aborts the attempt.
+ */
+export type Dialer = (url: string, token: string, signal: AbortSignal) => Promise<Socket>;
+
+/** The WHATWG WebSocket API, as browsers and the ws package implement it. */
+export interface WebSocketLike {
+  readonly readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((ev: any) => void) | null;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+  onclose: ((ev: { code: number; reason: string }) => void) | null;
+  onerror: ((ev: any) => void) | null;
+}
+
+/**
+ * adaptWebSocket waits until ws opens and returns it as a Socket. refused,
+ * when set, is asked why a socket that closed before opening failed (the
+ * WebSocket API does not say), and its answer is the rejection.
+ */
+export function adaptWebSocket(
+  ws: WebSocketLike,
+  signal: AbortSignal,
+  refused?: () => Promise<Error | undefined>,
+): Promise<Socket> {
+  return new Promise<Socket>((resolve, reject) => {
+    let opened = false;
+    const sock: Socket = {
+      send: (text) => {
+        if (ws.readyState !== 1) throw new ConnectionLostError('socket not open');
+        ws.send(text);
+      },
+      close: (code, reason) => {
+        try {
+          ws.close(code, reason);
+        } catch {
+          ws.close();
+        }
+      },
+      onmessage: () => {},
+      onclose: () => {},
+    };
+    const onAbort = () => {
+      ws.close();
+      reject(signal.reason ?? new Error('dial aborted'));
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    ws.onopen = () => {
+      opened = true;
+      signal.removeEventListener('abort', onAbort);
+      resolve(sock);
+    };
+    ws.onmessage = (ev) => {
+      if (typeof ev.data === 'string') sock.onmessage(ev.data);
+      else if (ev.data instanceof ArrayBuffer || ArrayBuffer.isView(ev.data)) {
+        sock.onmessage(new TextDecoder().decode(ev.data as ArrayBuffer));
+      }
+    };
+    ws.onerror = () => {};
+    ws.onclose = (ev) => {
+      if (opened) {
+        sock.onclose(ev.code, ev.reason);
+        return;
+      }
+      signal.removeEventListener('abort', onAbort);
+      const fallback = new Error(`connect failed (close ${ev.code}${ev.reason ? ` ${ev.reason}` : ''})`);
+      if (!refused) {
+        reject(fallback);
+        return;
+      }
+      refused().then(
+        (e) => reject(e ?? fallback),
+        () => reject(fallback),
+      );
+    };
+  });
+}
+
+/** The http(s) URL of a gateway path, from its ws(s) URL. */
+export function httpURL(wsUrl: string, path: string): string {
+  const u = new URL(wsUrl);
+  u.protocol = u.protocol === 'wss:' ? 'https:' : 'http:';
+  u.pathname = path;
+  u.search = '';
+  return u.toString();
+}
+
+/** handshakeErrorFrom turns a refused handshake's status and body into a HandshakeError. */
+export function handshakeErrorFrom(status: number, body: string): HandshakeError {
+  try {
+    const f = JSON.parse(body) as { error?: ErrorBody };
+    if (f && f.error && typeof f.error.code === 'number') return new HandshakeError(status, new ServerError(f.error));
+  } catch {
+    // not an error frame
+  }
+  return new HandshakeError(status);
+}
+
+/**
+ * browserDialer dials with the platform WebSocket (default
+ * globalThis.WebSocket), the token in ?access_token=. When a connection
+ * fails before it opens it asks GET /v1/changes over HTTP with the same
+ * token: a 401 or 403 there is the handshake's refusal, which the
+ * WebSocket API hides.
+ */
+export function browserDialer(
+  WS: new (url: string) => WebSocketLike = (globalThis as any).WebSocket,
+  fetchImpl: typeof fetch | undefined = (globalThis as any).fetch,
+): Dialer {
+  if (!WS) throw new Error('no WebSocket in this environment: in Node 20 import { Client } from "@seqflow/client/node"');
+  return (url, token, signal) => {
+    const u = new URL(url);
+    u.searchParams.set('access_token', token);
+    const refused = fetchImpl
+      ? async () => {
+          const r = await fetchImpl(httpURL(url, '/v1/changes'), { headers: { Authorization: `Bearer ${token}` }, signal });
+          if (r.status === 401 || r.status === 403) return handshakeErrorFrom(r.status, await r.text());
+          return undefined;
+        }
+      : undefined;
+    return adaptWebSocket(new WS(u.toString()), signal, refused);
+  };
+}
