@@ -66,7 +66,7 @@ var (
 		"gateway_id": 14, "heartbeat_ms": 15, "max_frame_bytes": 16, "unread": 17, "total_unread": 18}
 	messageKeys = map[string]int{"session_id": 0, "seq": 1, "msg_id": 2, "client_msg_id": 3, "sender_user_id": 4,
 		"sender_device_id": 5, "server_ts": 6, "kind": 7, "type": 8, "body": 9, "target_seq": 10, "session_kind": 11,
-		"title": 12, "action": 13, "user_ids": 14, "edited": 15, "recalled": 16}
+		"title": 12, "action": 13, "user_ids": 14, "edited": 15, "recalled": 16, "erased": 17}
 )
 
 func decodeMessage(s *wire.Scanner, m *wire.Message) bool {
@@ -106,6 +106,8 @@ func decodeMessage(s *wire.Scanner, m *wire.Message) bool {
 			return s.Bool(&m.Edited)
 		case 16:
 			return s.Bool(&m.Recalled)
+		case 17:
+			return s.Bool(&m.Erased)
 		}
 		return false
 	})

@@ -20,6 +20,19 @@ type Config struct {
 	Brokers []string
 	// PGURL: SEQFLOW_PG_URL, the message store the persister writes (required).
 	PGURL string
+	// KEK: SEQFLOW_KEK, the key-encryption key (32 bytes, standard
+	// base64) that wraps the data keys sealing message bodies
+	// (docs/erasure.md). Unset: bodies enter Kafka in plaintext and nothing
+	// can be erased from the log.
+	KEK string
+	// KeyPeriod: SEQFLOW_KEY_PERIOD, how long one data key seals one
+	// sender's messages in one session, default 24h: the unit retention
+	// shreds by.
+	KeyPeriod time.Duration
+	// KeyCacheTTL: SEQFLOW_KEY_CACHE_TTL, how long an unwrapped data key
+	// stays in the gateway's memory, default 30s: the bound on how long an
+	// erased body still opens here.
+	KeyCacheTTL time.Duration
 	// RedisAddr: SEQFLOW_REDIS_ADDR, presence and push transport (required);
 	// comma-separated addresses mean a Redis Cluster.
 	RedisAddr string
@@ -183,6 +196,9 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Brokers:                e.List("SEQFLOW_KAFKA_BROKERS", nil),
 		PGURL:                  e.Required("SEQFLOW_PG_URL"),
 		RedisAddr:              e.Required("SEQFLOW_REDIS_ADDR"),
+		KEK:                    e.Optional("SEQFLOW_KEK", ""),
+		KeyPeriod:              e.Duration("SEQFLOW_KEY_PERIOD", 24*time.Hour, time.Second, 366*24*time.Hour),
+		KeyCacheTTL:            e.Duration("SEQFLOW_KEY_CACHE_TTL", 30*time.Second, time.Second, time.Minute),
 		Topics:                 eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
 		StoreSchema:            e.String("GATEWAY_STORE_SCHEMA", "public"),
 		GatewayID:              e.String("GATEWAY_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),

@@ -49,6 +49,8 @@ type downlink struct {
 	seqs      seqSink
 	members   eventMembers
 	conns     connIndex
+	// bodies opens sealed bodies (nil: no KEK).
+	bodies *bodies
 	tracer    trace.Tracer // nil: tracing off
 	log       *slog.Logger
 	m         *metrics
@@ -166,8 +168,17 @@ func (d *downlink) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient
 			continue
 		}
 		if frame == nil {
-			var err error
-			ef := wire.EventFrame{Op: wire.OpEvent, Event: wire.FromEvent(ev)}
+			opened, erased, err := d.bodies.openEvent(context.Background(), ev)
+			if err != nil {
+				// No plaintext to push: the clients fill the gap by sync
+				// once the key store answers (docs/erasure.md).
+				d.log.Warn("open a pushed body; the push is dropped", "session_id", ev.SessionId, "seq", ev.Seq, "err", err)
+				d.m.pushItems.WithLabelValues("dropped_key_unavailable").Add(float64(len(recipients)))
+				return
+			}
+			msg := wire.FromEvent(opened)
+			msg.Erased = erased
+			ef := wire.EventFrame{Op: wire.OpEvent, Event: msg}
 			if frame, err = ef.AppendJSON(nil); err != nil {
 				d.log.Error("encode event frame", "session_id", ev.SessionId, "seq", ev.Seq, "err", err)
 				return

@@ -22,6 +22,7 @@ import (
 	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/delivery"
+	"github.com/seqflow/seqflow/internal/keystore"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/store"
@@ -55,6 +56,7 @@ type Gateway struct {
 	kc       *kgo.Client
 	pool     *pgxpool.Pool
 	store    *store.Store
+	keys     *keystore.Store // nil without SEQFLOW_KEK
 	rdb      redis.UniversalClient
 	presence *presence.Store
 	receiver delivery.Receiver
@@ -231,6 +233,17 @@ func (g *Gateway) connect(ctx context.Context) error {
 		}
 		g.store = st
 	}
+	if g.cfg.KEK != "" && g.keys == nil {
+		kek, err := keystore.ParseKEK(g.cfg.KEK)
+		if err != nil {
+			return fmt.Errorf("SEQFLOW_KEK: %w", err)
+		}
+		ks, err := keystore.Open(ctx, g.pool, kek, keystore.Options{Period: g.cfg.KeyPeriod, CacheTTL: g.cfg.KeyCacheTTL})
+		if err != nil {
+			return fmt.Errorf("open key store: %w", err)
+		}
+		g.keys = ks
+	}
 	if g.rdb == nil {
 		// Several comma-separated addresses make the universal client a
 		// Redis Cluster client.
@@ -267,6 +280,10 @@ func (g *Gateway) compose() {
 	g.settings = newSettings(presence.NewSettings(g.rdb), g.log)
 	g.recounter = newRecounter(g.store, g.log, g.m)
 	g.history = newHistory(g.store, g.members, g.settings, g.log)
+	if g.keys != nil {
+		b := &bodies{ks: g.keys, log: g.log, m: g.m}
+		g.up.bodies, g.down.bodies, g.history.bodies = b, b, b
+	}
 	g.receipts = newReceipts(g.cfg, g.kc, g.members, g.log, g.m, g.now)
 	g.signals = newSignals(g.cfg.GatewayID, g.members, g.store, g.presence, g.sender, g.log, g.m, g.now)
 	g.receipts.cursors = g.signals

@@ -25,6 +25,7 @@ type historyStore interface {
 	MemberPage(ctx context.Context, sessionID, afterUser string, limit int) ([]store.Member, error)
 	MemberEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Message, error)
 	Session(ctx context.Context, sessionID, userID string) (store.SessionState, bool, error)
+	MessagesAt(ctx context.Context, keys []store.SessionSeq) ([]store.Message, error)
 }
 
 // historyMembers is the membership cache as history uses it: IsMember may
@@ -43,6 +44,8 @@ type history struct {
 	// privacy says whose read cursors seen_by leaves out.
 	privacy *settings
 	log     *slog.Logger
+	// bodies opens sealed bodies (nil: no KEK).
+	bodies *bodies
 }
 
 func newHistory(st historyStore, members historyMembers, privacy *settings, log *slog.Logger) *history {
@@ -62,7 +65,13 @@ func (h *history) sync(ctx context.Context, p auth.Principal, f *wire.ClientFram
 		return res, storeError(err)
 	}
 	for _, m := range msgs {
-		res.Messages = append(res.Messages, fromStored(m))
+		erased, err := h.bodies.openStored(ctx, &m)
+		if err != nil {
+			return res, apierr.New(imv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "the key store is unavailable; sync again later")
+		}
+		out := fromStored(m)
+		out.Erased = erased
+		res.Messages = append(res.Messages, out)
 	}
 	return res, nil
 }
@@ -133,6 +142,7 @@ func (h *history) changesStates(ctx context.Context, p auth.Principal, f *wire.C
 			Preview: s.LastPreview, Unread: s.Unread, MemberVersion: s.MemberVersion, Role: s.Role})
 		res.TotalUnread += s.Unread
 	}
+	h.openPreviews(ctx, res.Sessions, kept)
 	return res, kept, nil
 }
 
@@ -316,4 +326,46 @@ func foldMemberEvents(evs []store.Message) []wire.MemberChange {
 		}
 	}
 	return out
+}
+
+// openPreviews fills the previews the store could not write because the
+// message was sealed (store.SealedPreview), from the messages themselves,
+// in one query. A preview that does not open stays empty: changes still
+// answers.
+func (h *history) openPreviews(ctx context.Context, out []wire.SessionChange, states []store.SessionState) {
+	if h.bodies == nil {
+		return
+	}
+	var want []store.SessionSeq
+	for _, s := range states {
+		if s.LastPreview == store.SealedPreview && s.LastPreviewSeq > 0 {
+			want = append(want, store.SessionSeq{SessionID: s.SessionID, Seq: s.LastPreviewSeq})
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	msgs, err := h.store.MessagesAt(ctx, want)
+	if err != nil {
+		h.log.Warn("read sealed previews", "sessions", len(want), "err", err)
+		return
+	}
+	by := make(map[string]store.Message, len(msgs))
+	for _, m := range msgs {
+		by[m.SessionID] = m
+	}
+	for i := range out {
+		m, ok := by[out[i].SessionID]
+		if !ok || m.RecalledSeq > 0 {
+			continue
+		}
+		erased, err := h.bodies.openStored(ctx, &m)
+		switch {
+		case err != nil:
+		case erased:
+			out[i].Preview = "[erased]"
+		default:
+			out[i].Preview = store.Preview(m.ContentType, m.Body)
+		}
+	}
 }

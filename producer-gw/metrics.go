@@ -26,6 +26,9 @@ type metrics struct {
 	// unreadRecounts counts the store recounts of unread counts after a
 	// read below a connection's seed, by outcome: ok, error, dropped_queue_full.
 	unreadRecounts *prometheus.CounterVec
+	// keyErrors counts key-store calls that failed (not erased keys), by
+	// op: seal, open.
+	keyErrors *prometheus.CounterVec
 	badBatches    prometheus.Counter
 	pushBatches   *prometheus.CounterVec   // by transport
 	seqResults    *prometheus.CounterVec   // by source, matched
@@ -94,6 +97,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_gateway_unread_recounts_total",
 			Help: "Unread counts asked of the store again after a read below what a connection's changes counted, by outcome: ok, error, dropped_queue_full.",
 		}, []string{"outcome"}),
+		keyErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_key_errors_total",
+			Help: "Key-store calls that failed (the key store or the KEK did not answer), by op: seal (the command was refused UNAVAILABLE), open (a push was dropped for sync to fill, or a sync answered UNAVAILABLE).",
+		}, []string{"op"}),
 		rateFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_rate_limit_fallbacks_total",
 			Help: "Rate-limit decisions taken by this instance's own buckets because Redis did not answer (or failed less than a second ago).",
@@ -131,6 +138,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
 		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
-		m.deviceSignals, m.signOutChecks, m.unreadRecounts)
+		m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors)
 	return m
 }

@@ -73,6 +73,8 @@ type uplink struct {
 	log     *slog.Logger
 	m       *metrics
 	now     func() time.Time
+	// bodies seals message and edit bodies (nil: no KEK, plaintext).
+	bodies *bodies
 
 	inflight sync.WaitGroup // commands between begin and done, all transports
 }
@@ -139,7 +141,11 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 		if err != nil {
 			return nil, err
 		}
-		up.Command = &imv1.Uplink_Message{Message: &imv1.MessageContent{Type: f.Type, Body: body}}
+		c := &imv1.MessageContent{Type: f.Type, Body: body}
+		if err := u.bodies.seal(ctx, f.SessionID, p.UserID, c); err != nil {
+			return nil, err
+		}
+		up.Command = &imv1.Uplink_Message{Message: c}
 	case wire.OpEdit, wire.OpRecall:
 		if err := requireMember(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
 			return nil, err
@@ -155,7 +161,11 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 		if err != nil {
 			return nil, err
 		}
-		up.Command = &imv1.Uplink_Edit{Edit: &imv1.Edit{TargetSeq: f.TargetSeq, Content: &imv1.MessageContent{Type: f.Type, Body: body}}}
+		c := &imv1.MessageContent{Type: f.Type, Body: body}
+		if err := u.bodies.seal(ctx, f.SessionID, p.UserID, c); err != nil {
+			return nil, err
+		}
+		up.Command = &imv1.Uplink_Edit{Edit: &imv1.Edit{TargetSeq: f.TargetSeq, Content: c}}
 	case wire.OpCreateSession:
 		sc, err := u.checkCreate(ctx, p, f)
 		if err != nil {

@@ -180,11 +180,11 @@ func offlineNotification(recipient string, ev *imv1.SequencedEvent, preview stri
 }
 
 // preview is the notification text of a message: the body of a "text"
-// message, otherwise "[type]", as valid UTF-8 of at most maxPreviewBytes,
+// message, otherwise (or when sealed) "[type]", as valid UTF-8 of at most maxPreviewBytes,
 // cut on a character boundary.
 func preview(m *imv1.MessageContent) string {
 	s := "[" + m.GetType() + "]"
-	if m.GetType() == "text" {
+	if m.GetType() == "text" && m.GetKeyId() == 0 { // the pusher holds no keys (docs/erasure.md)
 		s = string(m.GetBody())
 	}
 	return cutUTF8(strings.ToValidUTF8(s, "\uFFFD"), maxPreviewBytes)

@@ -218,6 +218,7 @@ func TestPreview(t *testing.T) {
 		{"cut inside a 4-byte rune", &imv1.MessageContent{Type: "text", Body: []byte(strings.Repeat("a", 118) + "😀")}, strings.Repeat("a", 118)},
 		{"invalid UTF-8 is replaced", &imv1.MessageContent{Type: "text", Body: []byte{'h', 0xff, 'i'}}, "h\uFFFDi"},
 		{"non-text names the type", &imv1.MessageContent{Type: "image", Body: []byte{1, 2, 3}}, "[image]"},
+		{"a sealed text names the type", &imv1.MessageContent{Type: "text", Body: []byte("ciphertext"), KeyId: 7}, "[text]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -29,6 +29,7 @@ var commands = map[string]command{
 	"replay": {"rebuild the message store from the log into a fresh schema, verify, optionally switch", runReplay},
 	"verify": {"audit the message store against the log; exit status 1 when they differ", runVerify},
 	"token":  {"mint a development bearer token for producer-gw", runToken},
+	"erase":  {"erase a user by destroying their data keys (crypto-shredding, docs/erasure.md)", runErase},
 	"chat":   {"interactive terminal chat in a session, through the SDK", runChat},
 	"send":   {"send messages through the SDK and print their ACKs", runSend},
 	"tail":   {"print the events a user receives as JSON lines, through the SDK", runTail},

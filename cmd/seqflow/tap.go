@@ -71,8 +71,17 @@ func tap(ctx context.Context, out io.Writer, args []string) error {
 	typ := fs.String("type", "", "only this event type (message, membership, read_receipt, ...)")
 	limit := fs.Int("n", 0, "stop after n events (0 = run until interrupted)")
 	idle := fs.Duration("idle-exit", 0, "exit after this long without events (0 = never); with -group counted from the group join")
+	keys := fs.Bool("keys", false, "open sealed bodies with the key store (SEQFLOW_PG_URL, SEQFLOW_KEK): plaintext, or [erased] once the key was destroyed (docs/erasure.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var opener *tapKeys
+	if *keys {
+		var err error
+		if opener, err = openTapKeys(ctx); err != nil {
+			return err
+		}
+		defer opener.Close()
 	}
 	encode, ok := tapFormats[*format]
 	if !ok {
@@ -161,6 +170,11 @@ func tap(ctx context.Context, out io.Writer, args []string) error {
 				continue
 			}
 			mt, schemaErr := recordSchema(*topic, r)
+			if opener != nil {
+				if r, err = opener.open(ctx, r, mt); err != nil {
+					return err
+				}
+			}
 			buf, err = encode(buf[:0], r, mt, schemaErr)
 			if skip := (*skipError)(nil); errors.As(err, &skip) {
 				fmt.Fprintf(os.Stderr, "skip %s/%d@%d: %v\n", r.Topic, r.Partition, r.Offset, skip.why)

@@ -31,8 +31,8 @@ func msgType(m interface{ ProtoReflect() protoreflect.Message }) protoreflect.Me
 // seqflow-schema header (the copied events keep the source's headers; the
 // end marker has its own), so they need no entry.
 var topicSchemas = map[string]topicSchema{
-	eventlog.TopicUplink:     {all: msgType(&imv1.Uplink{})},
-	eventlog.TopicSequenced:  {all: msgType(&imv1.SequencedEvent{})},
+	eventlog.TopicUplink:    {all: msgType(&imv1.Uplink{})},
+	eventlog.TopicSequenced: {all: msgType(&imv1.SequencedEvent{})},
 	eventlog.TopicDuplicates: {byType: map[string]protoreflect.MessageType{
 		"duplicate": msgType(&imv1.DuplicateAck{}),
 		"refusal":   msgType(&imv1.Refusal{}),

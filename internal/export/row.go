@@ -133,14 +133,19 @@ func rowOf(r *kgo.Record) Row {
 	return row
 }
 
-// setContent fills content_type, body and, when the body is UTF-8,
-// body_text. A nil content leaves them NULL.
+// setContent fills content_type, body and, when the body is UTF-8 and
+// not sealed, body_text. A nil content leaves them NULL.
 func (row *Row) setContent(c *imv1.MessageContent) {
 	if c == nil {
 		return
 	}
 	row.ContentType = ptr(c.Type)
 	row.Body = nonNil(c.Body)
+	if c.KeyId != 0 {
+		// Sealed (docs/erasure.md): the export keeps the ciphertext, which
+		// erasing the key shreds here too; no text.
+		return
+	}
 	if utf8.Valid(c.Body) {
 		row.BodyText = ptr(string(c.Body))
 	}

@@ -31,7 +31,8 @@ const stagingDDL = `CREATE TEMP TABLE IF NOT EXISTS seqflow_stage (
 	gateway_ts_ms    bigint  NOT NULL,
 	log_partition    integer NOT NULL,
 	log_offset       bigint  NOT NULL,
-	preview          text
+	preview          text,
+	body_key_id      bigint
 ) ON COMMIT DELETE ROWS`
 
 // ConfigurePool makes every connection of cfg able to run Writer batches:

@@ -49,6 +49,7 @@ type Row struct {
 	Kind           string
 	ContentType    string
 	Body           []byte
+	BodyKeyID      int64    // message, edit: the data key Body is sealed with; 0: plaintext
 	TargetSeq      int64    // edit, recall; 0 otherwise
 	MemberOp       string   // membership: add/remove; session_create: add
 	MemberIDs      []string // membership users; session_create members plus the sender
@@ -79,7 +80,7 @@ func RowOf(ev *imv1.SequencedEvent, partition int32, offset int64) (Row, error) 
 	}
 	switch p := ev.GetPayload().(type) {
 	case *imv1.SequencedEvent_Message:
-		r.Kind, r.ContentType, r.Body = KindMessage, p.Message.GetType(), nonNil(p.Message.GetBody())
+		r.Kind, r.ContentType, r.Body, r.BodyKeyID = KindMessage, p.Message.GetType(), nonNil(p.Message.GetBody()), p.Message.GetKeyId()
 	case *imv1.SequencedEvent_SessionCreate:
 		r.Kind, r.MemberOp, r.Title = KindSessionCreate, OpAdd, p.SessionCreate.GetTitle()
 		r.SessionKind = sessionKind(p.SessionCreate.GetKind())
@@ -126,7 +127,7 @@ func RowOf(ev *imv1.SequencedEvent, partition int32, offset int64) (Row, error) 
 		r.MemberIDs = dedupe(p.Membership.GetUserIds())
 	case *imv1.SequencedEvent_Edit:
 		r.Kind, r.TargetSeq = KindEdit, p.Edit.GetTargetSeq()
-		r.ContentType, r.Body = p.Edit.GetContent().GetType(), nonNil(p.Edit.GetContent().GetBody())
+		r.ContentType, r.Body, r.BodyKeyID = p.Edit.GetContent().GetType(), nonNil(p.Edit.GetContent().GetBody()), p.Edit.GetContent().GetKeyId()
 	case *imv1.SequencedEvent_Recall:
 		r.Kind, r.TargetSeq = KindRecall, p.Recall.GetTargetSeq()
 	default:
@@ -158,6 +159,18 @@ var deterministic = proto.MarshalOptions{Deterministic: true}
 // Preview is the session-list text of a message: the start of a text body
 // cut on a UTF-8 boundary, or the content type in brackets.
 func Preview(contentType string, body []byte) string {
+	return previewOf(contentType, body, 0)
+}
+
+// SealedPreview is what the sessions table holds as the preview of a
+// sealed body: no content. The gateway, which holds the keys, opens the
+// message at last_preview_seq instead (producer-gw, changes).
+const SealedPreview = ""
+
+func previewOf(contentType string, body []byte, keyID int64) string {
+	if keyID != 0 {
+		return SealedPreview
+	}
 	if contentType != "text" {
 		return "[" + contentType + "]"
 	}

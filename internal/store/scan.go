@@ -15,7 +15,7 @@ func ScanRows(ctx context.Context, pool *pgxpool.Pool, schema string, fn func(Ro
 	rows, err := pool.Query(ctx, fmt.Sprintf(`
 		SELECT session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id, kind, content_type, body,
 		       COALESCE(target_seq, 0), COALESCE(member_op, ''), member_ids, COALESCE(session_kind, ''), COALESCE(title, ''),
-		       server_ts_ms, gateway_ts_ms, log_partition, log_offset
+		       server_ts_ms, gateway_ts_ms, log_partition, log_offset, COALESCE(body_key_id, 0)
 		FROM %s.messages`, pgx.Identifier{schema}.Sanitize()))
 	if err != nil {
 		return fmt.Errorf("scan messages of %s: %w", schema, err)
@@ -25,7 +25,7 @@ func ScanRows(ctx context.Context, pool *pgxpool.Pool, schema string, fn func(Ro
 		var r Row
 		if err := rows.Scan(&r.SessionID, &r.Seq, &r.MsgID, &r.ClientMsgID, &r.SenderUserID, &r.SenderDeviceID, &r.Kind,
 			&r.ContentType, &r.Body, &r.TargetSeq, &r.MemberOp, &r.MemberIDs, &r.SessionKind, &r.Title,
-			&r.ServerTsMs, &r.GatewayTsMs, &r.Partition, &r.Offset); err != nil {
+			&r.ServerTsMs, &r.GatewayTsMs, &r.Partition, &r.Offset, &r.BodyKeyID); err != nil {
 			return fmt.Errorf("scan messages of %s: %w", schema, err)
 		}
 		if err := fn(r); err != nil {

@@ -34,10 +34,10 @@ ON CONFLICT (msg_id) DO NOTHING`, q),
 
 		messages: fmt.Sprintf(`INSERT INTO %[1]s.messages (session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id,
        kind, content_type, body, target_seq, member_op, member_ids, session_kind, title, server_ts_ms, gateway_ts_ms,
-       log_partition, log_offset)
+       log_partition, log_offset, body_key_id)
 SELECT session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id,
        kind, content_type, body, target_seq, member_op, member_ids, session_kind, title, server_ts_ms, gateway_ts_ms,
-       log_partition, log_offset
+       log_partition, log_offset, body_key_id
 FROM pg_temp.seqflow_stage ORDER BY session_id COLLATE "C", seq
 ON CONFLICT (session_id, seq) DO NOTHING`, q),
 
@@ -62,8 +62,8 @@ SELECT idx, hs, hq, (SELECT count(*) FROM u) FROM c`, q),
 		// Only the target's sender may edit or recall it, and only a chat
 		// message; the latest edit and the first recall win.
 		edits: fmt.Sprintf(`UPDATE %[1]s.messages t
-SET edited_content_type = e.content_type, edited_body = e.body, edited_seq = e.seq
-FROM (SELECT DISTINCT ON (s.session_id, s.target_seq) s.session_id, s.target_seq, s.seq, s.content_type, s.body
+SET edited_content_type = e.content_type, edited_body = e.body, edited_body_key_id = e.body_key_id, edited_seq = e.seq
+FROM (SELECT DISTINCT ON (s.session_id, s.target_seq) s.session_id, s.target_seq, s.seq, s.content_type, s.body, s.body_key_id
       FROM pg_temp.seqflow_stage s
       JOIN %[1]s.messages m ON m.session_id = s.session_id AND m.seq = s.target_seq
       WHERE s.kind = 'edit' AND m.kind = 'message' AND m.sender_user_id = s.sender_user_id

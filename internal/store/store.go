@@ -30,6 +30,7 @@ type Message struct {
 	Kind           string // message, session_create, membership, edit, recall
 	ContentType    string
 	Body           []byte
+	BodyKeyID      int64    // message, edit: the data key Body is sealed with (keystore); 0: plaintext
 	TargetSeq      int64    // edit, recall
 	MemberOp       string   // membership, session_create
 	MemberIDs      []string // membership, session_create
@@ -190,26 +191,60 @@ func (s *Store) MessagesBefore(ctx context.Context, sessionID string, beforeSeq 
 // with its ORDER BY) selects, up to limit.
 func (s *Store) messages(ctx context.Context, sessionID, where string, seq int64, limit int) ([]Message, error) {
 	limit = min(max(limit, 1), 10_000)
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(`
-		SELECT session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id, kind,
-		       COALESCE(edited_content_type, content_type),
-		       CASE WHEN recalled_seq IS NOT NULL THEN NULL ELSE COALESCE(edited_body, body) END,
-		       COALESCE(target_seq, 0), COALESCE(member_op, ''), COALESCE(member_ids, '{}'),
-		       COALESCE(session_kind, ''), COALESCE(title, ''), server_ts_ms,
-		       COALESCE(edited_seq, 0), COALESCE(recalled_seq, 0)
-		FROM %s.messages WHERE session_id = $1 AND %s LIMIT $3`, s.q(), where), sessionID, seq, limit)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s.messages WHERE session_id = $1 AND %s LIMIT $3`,
+		messageState, s.q(), where), sessionID, seq, limit)
 	if err != nil {
 		return nil, fmt.Errorf("query messages of %s (%s %d): %w", sessionID, where, seq, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Message, error) {
-		var m Message
-		err := r.Scan(&m.SessionID, &m.Seq, &m.MsgID, &m.ClientMsgID, &m.SenderUserID, &m.SenderDeviceID, &m.Kind,
-			&m.ContentType, &m.Body, &m.TargetSeq, &m.MemberOp, &m.MemberIDs, &m.SessionKind, &m.Title, &m.ServerTsMs,
-			&m.EditedSeq, &m.RecalledSeq)
-		return m, err
-	})
+	out, err := pgx.CollectRows(rows, scanMessage)
 	if err != nil {
 		return nil, fmt.Errorf("read messages of %s: %w", sessionID, err)
+	}
+	return out, nil
+}
+
+// messageState selects a message in its current state, for scanMessage.
+const messageState = `session_id, seq, msg_id, client_msg_id, sender_user_id, sender_device_id, kind,
+	COALESCE(edited_content_type, content_type),
+	CASE WHEN recalled_seq IS NOT NULL THEN NULL ELSE COALESCE(edited_body, body) END,
+	COALESCE(target_seq, 0), COALESCE(member_op, ''), COALESCE(member_ids, '{}'),
+	COALESCE(session_kind, ''), COALESCE(title, ''), server_ts_ms,
+	COALESCE(edited_seq, 0), COALESCE(recalled_seq, 0),
+	CASE WHEN recalled_seq IS NOT NULL THEN 0 WHEN edited_seq IS NOT NULL THEN COALESCE(edited_body_key_id, 0) ELSE COALESCE(body_key_id, 0) END`
+
+func scanMessage(r pgx.CollectableRow) (Message, error) {
+	var m Message
+	err := r.Scan(&m.SessionID, &m.Seq, &m.MsgID, &m.ClientMsgID, &m.SenderUserID, &m.SenderDeviceID, &m.Kind,
+		&m.ContentType, &m.Body, &m.TargetSeq, &m.MemberOp, &m.MemberIDs, &m.SessionKind, &m.Title, &m.ServerTsMs,
+		&m.EditedSeq, &m.RecalledSeq, &m.BodyKeyID)
+	return m, err
+}
+
+// SessionSeq names one event.
+type SessionSeq struct {
+	SessionID string
+	Seq       int64
+}
+
+// MessagesAt returns the events at keys in their current state (as
+// MessagesAfter gives them), in no particular order; absent ones are left
+// out. At most 10,000 keys.
+func (s *Store) MessagesAt(ctx context.Context, keys []SessionSeq) ([]Message, error) {
+	if len(keys) > 10_000 {
+		return nil, fmt.Errorf("MessagesAt: %d keys, at most 10000", len(keys))
+	}
+	ids, seqs := make([]string, len(keys)), make([]int64, len(keys))
+	for i, k := range keys {
+		ids[i], seqs[i] = k.SessionID, k.Seq
+	}
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s.messages
+		WHERE (session_id, seq) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`, messageState, s.q()), ids, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("query %d messages: %w", len(keys), err)
+	}
+	out, err := pgx.CollectRows(rows, scanMessage)
+	if err != nil {
+		return nil, fmt.Errorf("read %d messages: %w", len(keys), err)
 	}
 	return out, nil
 }
@@ -270,24 +305,7 @@ func (s *Store) UnreadAfter(ctx context.Context, sessionID, userID string, after
 // session's member count, and their user IDs, sorted, when the session
 // has at most listUpTo members (nil above).
 func (s *Store) SeenBy(ctx context.Context, sessionID string, seq int64, listUpTo int) (users []string, count, members int64, err error) {
-	q := s.q()
-	err = s.pool.QueryRow(ctx, fmt.Sprintf(`
-		WITH cur AS (
-			SELECT m.user_id, COALESCE(r.read_seq, 0) AS read_seq
-			FROM %[1]s.session_members m
-			LEFT JOIN %[1]s.read_cursors r ON r.session_id = m.session_id AND r.user_id = m.user_id
-			WHERE m.session_id = $1 AND m.left_seq IS NULL),
-		sender AS (SELECT sender_user_id FROM %[1]s.messages WHERE session_id = $1 AND seq = $2)
-		SELECT count(*) FILTER (WHERE read_seq >= $2 AND user_id IS DISTINCT FROM (SELECT sender_user_id FROM sender)),
-		       count(*),
-		       CASE WHEN count(*) <= $3 THEN
-		            COALESCE(array_agg(user_id ORDER BY user_id) FILTER (WHERE read_seq >= $2
-		                     AND user_id IS DISTINCT FROM (SELECT sender_user_id FROM sender)), '{}') END
-		FROM cur`, q), sessionID, seq, listUpTo).Scan(&count, &members, &users)
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("query who has seen %s/%d: %w", sessionID, seq, err)
-	}
-	return users, count, members, nil
+	return s.SeenByExcept(ctx, sessionID, seq, listUpTo, nil)
 }
 
 // SeenByExcept is SeenBy leaving hidden out of users and count (members

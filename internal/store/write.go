@@ -348,7 +348,7 @@ func sessionsOf(rows []Row, keep []int) []any {
 		ls[j], lm[j], lt[j], mv[j] = l.Seq, l.MsgID, l.ServerTsMs, a.members
 		if a.preview >= 0 {
 			p := &rows[a.preview]
-			ps[j], pv[j] = p.Seq, Preview(p.ContentType, p.Body)
+			ps[j], pv[j] = p.Seq, previewOf(p.ContentType, p.Body, p.BodyKeyID)
 		}
 	}
 	return []any{ids, kind, title, cs, ls, lm, lt, ps, pv, mv}
@@ -404,7 +404,7 @@ func memberLayers(rows []Row, keep []int) int {
 
 var stageColumns = []string{"idx", "session_id", "seq", "msg_id", "client_msg_id", "sender_user_id", "sender_device_id",
 	"kind", "content_type", "body", "target_seq", "member_op", "member_ids", "session_kind", "title", "server_ts_ms",
-	"gateway_ts_ms", "log_partition", "log_offset", "preview"}
+	"gateway_ts_ms", "log_partition", "log_offset", "preview", "body_key_id"}
 
 // stageSource feeds the kept rows to COPY, NULL where a column does not
 // apply to the row's kind.
@@ -412,7 +412,10 @@ func stageSource(rows []Row, keep []int) pgx.CopyFromSource {
 	return pgx.CopyFromSlice(len(keep), func(j int) ([]any, error) {
 		r := &rows[keep[j]]
 		v := []any{int32(keep[j]), r.SessionID, r.Seq, r.MsgID, r.ClientMsgID, r.SenderUserID, r.SenderDeviceID,
-			r.Kind, r.ContentType, r.Body, nil, nil, nil, nil, nil, r.ServerTsMs, r.GatewayTsMs, r.Partition, r.Offset, nil}
+			r.Kind, r.ContentType, r.Body, nil, nil, nil, nil, nil, r.ServerTsMs, r.GatewayTsMs, r.Partition, r.Offset, nil, nil}
+		if r.BodyKeyID != 0 {
+			v[20] = r.BodyKeyID
+		}
 		if r.TargetSeq != 0 {
 			v[10] = r.TargetSeq
 		}
@@ -426,7 +429,7 @@ func stageSource(rows []Row, keep []int) pgx.CopyFromSource {
 			v[13], v[14] = r.SessionKind, r.Title
 		}
 		if r.Kind == KindMessage || r.Kind == KindEdit {
-			v[19] = Preview(r.ContentType, r.Body)
+			v[19] = previewOf(r.ContentType, r.Body, r.BodyKeyID)
 		}
 		return v, nil
 	})
@@ -444,7 +447,7 @@ func idSource(rows []Row, order []int) pgx.CopyFromSource {
 
 var messageColumns = []string{"session_id", "seq", "msg_id", "client_msg_id", "sender_user_id", "sender_device_id",
 	"kind", "content_type", "body", "target_seq", "member_op", "member_ids", "session_kind", "title", "server_ts_ms",
-	"gateway_ts_ms", "log_partition", "log_offset"}
+	"gateway_ts_ms", "log_partition", "log_offset", "body_key_id"}
 
 // messageSource feeds messages the rows at order, NULL where a column does
 // not apply to the row's kind (as stageSource does).
@@ -452,7 +455,10 @@ func messageSource(rows []Row, order []int) pgx.CopyFromSource {
 	return pgx.CopyFromSlice(len(order), func(j int) ([]any, error) {
 		r := &rows[order[j]]
 		v := []any{r.SessionID, r.Seq, r.MsgID, r.ClientMsgID, r.SenderUserID, r.SenderDeviceID,
-			r.Kind, r.ContentType, r.Body, nil, nil, nil, nil, nil, r.ServerTsMs, r.GatewayTsMs, r.Partition, r.Offset}
+			r.Kind, r.ContentType, r.Body, nil, nil, nil, nil, nil, r.ServerTsMs, r.GatewayTsMs, r.Partition, r.Offset, nil}
+		if r.BodyKeyID != 0 {
+			v[18] = r.BodyKeyID
+		}
 		if r.TargetSeq != 0 {
 			v[9] = r.TargetSeq
 		}

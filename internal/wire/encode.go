@@ -172,6 +172,9 @@ func (m *Message) AppendJSON(dst []byte) ([]byte, error) {
 	if m.Recalled {
 		dst = append(dst, `,"recalled":true`...)
 	}
+	if m.Erased {
+		dst = append(dst, `,"erased":true`...)
+	}
 	return append(dst, '}'), nil
 }
 

@@ -52,7 +52,7 @@ func checkAppenders(t *testing.T, s string, n int64) {
 	checkValue(t, &Ack{Op: OpAck, ReqID: s, ClientMsgID: s, SessionID: s, Status: s, Seq: n, MsgID: s, ServerTs: -n, Duplicate: n%2 == 0})
 	checkValue(t, &EventFrame{Op: OpEvent, Event: Message{SessionID: s, Seq: n, MsgID: s, ClientMsgID: s, SenderUserID: s,
 		SenderDeviceID: s, ServerTs: n, Kind: s, Type: s, Body: BodyJSON(TypeText, []byte(s)), TargetSeq: -n,
-		SessionKind: s, Title: s, Action: s, UserIDs: []string{s, "b", s}, Edited: n%2 == 0, Recalled: n%3 == 0}})
+		SessionKind: s, Title: s, Action: s, UserIDs: []string{s, "b", s}, Edited: n%2 == 0, Recalled: n%3 == 0, Erased: n%5 == 0}})
 	checkValue(t, &ClientFrame{Op: s, ReqID: s, ClientMsgID: s, SessionID: s, Type: s, Body: BodyJSON(TypeText, []byte(s)),
 		ClientTs: n, Traceparent: s, TargetSeq: -n, Kind: s, PeerUserID: s, MemberUserIDs: []string{s}, Title: s, Action: s,
 		UserIDs: []string{s, s}, AfterSeq: n, Limit: int(n), Seq: n, Cursors: []Cursor{{SessionID: s, Seq: n}, {}}})

@@ -209,6 +209,10 @@ type Message struct {
 	// Current state in sync results.
 	Edited   bool `json:"edited,omitempty"`
 	Recalled bool `json:"recalled,omitempty"`
+	// Erased: the body was sealed with a data key that has been destroyed
+	// (its sender was erased, or the session's retention expired it); the
+	// message keeps its place (seq, sender, time) with no body.
+	Erased bool `json:"erased,omitempty"`
 }
 
 // TypingFrame tells a device that another member of a session is typing

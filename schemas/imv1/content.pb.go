@@ -234,8 +234,16 @@ type MessageContent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type is the content type, e.g. "text", "image", "file", "custom".
 	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	// body is the payload; UTF-8 JSON or text for "text".
-	Body          []byte `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
+	// body is the payload; UTF-8 JSON or text for "text". When key_id is
+	// set it is sealed (crypto-shredding, docs/erasure.md): a 12-byte nonce
+	// followed by the AES-256-GCM ciphertext and tag of the payload, under
+	// the data key key_id, with the additional data
+	// "seqflow-body-v1\x00" + session_id + "\x00" + sender_user_id.
+	Body []byte `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
+	// key_id names the data key in the key store (internal/keystore); 0: the
+	// body is plaintext. Once the key is destroyed (erasure, retention) the
+	// body can no longer be read anywhere it was copied to.
+	KeyId         int64 `protobuf:"varint,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +290,13 @@ func (x *MessageContent) GetBody() []byte {
 		return x.Body
 	}
 	return nil
+}
+
+func (x *MessageContent) GetKeyId() int64 {
+	if x != nil {
+		return x.KeyId
+	}
+	return 0
 }
 
 // SessionCreate creates a session with its first members. In a group the
@@ -1154,10 +1169,11 @@ var File_seqflow_im_v1_content_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_content_proto_rawDesc = "" +
 	"\n" +
-	"\x1bseqflow/im/v1/content.proto\x12\rseqflow.im.v1\"8\n" +
+	"\x1bseqflow/im/v1/content.proto\x12\rseqflow.im.v1\"O\n" +
 	"\x0eMessageContent\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
-	"\x04body\x18\x02 \x01(\fR\x04body\"\xb7\x01\n" +
+	"\x04body\x18\x02 \x01(\fR\x04body\x12\x15\n" +
+	"\x06key_id\x18\x03 \x01(\x03R\x05keyId\"\xb7\x01\n" +
 	"\rSessionCreate\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.seqflow.im.v1.SessionKindR\x04kind\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12&\n" +

@@ -48,6 +48,11 @@ func (m *MessageContent) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.KeyId != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.KeyId))
+		i--
+		dAtA[i] = 0x18
+	}
 	if len(m.Body) > 0 {
 		i -= len(m.Body)
 		copy(dAtA[i:], m.Body)
@@ -894,6 +899,9 @@ func (m *MessageContent) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.KeyId != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.KeyId))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1336,6 +1344,25 @@ func (m *MessageContent) UnmarshalVT(dAtA []byte) error {
 				m.Body = []byte{}
 			}
 			iNdEx = postIndex
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field KeyId", wireType)
+			}
+			m.KeyId = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.KeyId |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -187,7 +187,9 @@ type OfflineNotification struct {
 	Seq             int64                  `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	MsgId           int64                  `protobuf:"varint,4,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
 	SenderUserId    string                 `protobuf:"bytes,5,opt,name=sender_user_id,json=senderUserId,proto3" json:"sender_user_id,omitempty"`
-	// preview is at most 120 bytes of the body, cut on a UTF-8 boundary.
+	// preview is at most 120 bytes of the body, cut on a UTF-8 boundary;
+	// "[type]" when the body is not text or is sealed (MessageContent.key_id:
+	// the pusher holds no keys).
 	Preview       string `protobuf:"bytes,6,opt,name=preview,proto3" json:"preview,omitempty"`
 	ServerTsMs    int64  `protobuf:"varint,7,opt,name=server_ts_ms,json=serverTsMs,proto3" json:"server_ts_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields

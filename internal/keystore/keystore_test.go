@@ -1,0 +1,220 @@
+package keystore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seqflow/seqflow/internal/testkit/stack"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// These tests run against the stack's PostgreSQL (no fake); users and
+// sessions are random, so they share the key tables with other tests.
+
+func newKEK(t *testing.T) *LocalKEK {
+	t.Helper()
+	b := make([]byte, KeyBytes)
+	_, _ = rand.Read(b)
+	k, err := ParseKEK(base64.StdEncoding.EncodeToString(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func pool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	st := stack.Require(t, "pg")
+	p, err := pgxpool.New(context.Background(), st.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func open(t *testing.T, p *pgxpool.Pool, w Wrapper, o Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), p, w, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func id(prefix string) string { return prefix + "-" + uuid.NewString()[:8] }
+
+func TestParseKEK(t *testing.T) {
+	for _, bad := range []string{"", "not base64!", base64.StdEncoding.EncodeToString(make([]byte, 16))} {
+		if _, err := ParseKEK(bad); err == nil {
+			t.Errorf("ParseKEK(%q) accepted", bad)
+		}
+	}
+	a, b := newKEK(t), newKEK(t)
+	if a.ID() == b.ID() {
+		t.Errorf("two KEKs share the ID %s", a.ID())
+	}
+}
+
+func TestSealOpenAndEraseUser(t *testing.T) {
+	ctx := context.Background()
+	p, kek := pool(t), newKEK(t)
+	s := open(t, p, kek, Options{CacheTTL: 100 * time.Millisecond})
+	alice, bob, sess := id("alice"), id("bob"), id("s")
+
+	c := &imv1.MessageContent{Type: "text", Body: []byte("meet me at noon")}
+	if err := s.SealContent(ctx, sess, alice, c); err != nil {
+		t.Fatal(err)
+	}
+	if c.KeyId == 0 || bytes.Contains(c.Body, []byte("noon")) {
+		t.Fatalf("sealed content %v still readable", c)
+	}
+	k2, err := s.ForWrite(ctx, alice, sess)
+	if err != nil || k2.ID != c.KeyId {
+		t.Fatalf("second key of the same slot: %d %v, want %d", k2.ID, err, c.KeyId)
+	}
+	// Another process (no cache) opens it; under another session or sender
+	// it does not open.
+	other := open(t, p, kek, Options{CacheTTL: 200 * time.Millisecond})
+	got, err := other.OpenBody(ctx, c.KeyId, c.Body, sess, alice)
+	if err != nil || string(got) != "meet me at noon" {
+		t.Fatalf("open: %q %v", got, err)
+	}
+	if _, err := other.OpenBody(ctx, c.KeyId, c.Body, sess, bob); err == nil {
+		t.Fatal("a body opened as another sender's")
+	}
+	// A process holding another KEK cannot unwrap it, and says so.
+	if _, err := open(t, p, newKEK(t), Options{}).OpenBody(ctx, c.KeyId, c.Body, sess, alice); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("open under another KEK: %v, want ErrUnavailable", err)
+	}
+	cb := &imv1.MessageContent{Type: "text", Body: []byte("bob's words")}
+	if err := s.SealContent(ctx, sess, bob, cb); err != nil {
+		t.Fatal(err)
+	}
+
+	e, err := s.EraseUser(ctx, alice, "test")
+	if err != nil || e.KeysDestroyed != 1 || e.Again {
+		t.Fatalf("erase: %+v %v, want 1 key destroyed", e, err)
+	}
+	// A fresh process: destroyed at once. The process that cached the key:
+	// once its cache TTL passes.
+	if _, err := open(t, p, kek, Options{}).OpenBody(ctx, c.KeyId, c.Body, sess, alice); !errors.Is(err, ErrDestroyed) || !Erased(err) {
+		t.Fatalf("open after erase: %v, want ErrDestroyed", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := other.OpenBody(ctx, c.KeyId, c.Body, sess, alice)
+		if errors.Is(err, ErrDestroyed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the caching process still opens an erased body: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := open(t, p, kek, Options{}).ForWrite(ctx, alice, id("s")); !errors.Is(err, ErrOwnerErased) {
+		t.Fatalf("a key for an erased user: %v, want ErrOwnerErased", err)
+	}
+	if got, err := other.OpenBody(ctx, cb.KeyId, cb.Body, sess, bob); err != nil || string(got) != "bob's words" {
+		t.Fatalf("bob's body after alice's erasure: %q %v", got, err)
+	}
+	if _, err := other.OpenBody(ctx, 1<<62, []byte("x"), sess, bob); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("unknown key: %v", err)
+	}
+	var n int
+	if err := p.QueryRow(ctx, `SELECT count(*) FROM seqflow_data_keys WHERE owner_user_id = $1`, alice).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d keys of alice left (%v)", n, err)
+	}
+	if e, err := s.EraseUser(ctx, alice, "test"); err != nil || !e.Again {
+		t.Fatalf("second erase: %+v %v, want Again", e, err)
+	}
+}
+
+// TestEraseRacesKeyMaking: keys made while the owner is erased are either
+// destroyed by the erasure or refused; none survives it.
+func TestEraseRacesKeyMaking(t *testing.T) {
+	ctx := context.Background()
+	p, kek := pool(t), newKEK(t)
+	user := id("u")
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := open(t, p, kek, Options{})
+			for j := range 20 {
+				_, err := s.ForWrite(ctx, user, id("s"))
+				if err != nil && !errors.Is(err, ErrOwnerErased) {
+					t.Errorf("maker %d/%d: %v", i, j, err)
+				}
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := open(t, p, kek, Options{}).EraseUser(ctx, user, "test"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	var n int
+	if err := p.QueryRow(ctx, `SELECT count(*) FROM seqflow_data_keys WHERE owner_user_id = $1`, user).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d keys of the erased user survive (%v)", n, err)
+	}
+}
+
+func TestExpireBefore(t *testing.T) {
+	ctx := context.Background()
+	p, kek := pool(t), newKEK(t)
+	now := time.Date(2026, 1, 1, 10, 30, 0, 0, time.UTC)
+	s := open(t, p, kek, Options{Period: time.Hour, Now: func() time.Time { return now }})
+	user, sess := id("u"), id("s")
+	old, err := s.ForWrite(ctx, user, sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Hour) // 12:30, a later period
+	cur, err := s.ForWrite(ctx, user, sess)
+	if err != nil || cur.ID == old.ID {
+		t.Fatalf("a new period's key %d %v, the old was %d", cur.ID, err, old.ID)
+	}
+	// Cutoff 11:59: the 10:00 period ended at 11:00, the 12:00 one not.
+	n, err := s.ExpireBefore(ctx, sess, time.Date(2026, 1, 1, 11, 59, 0, 0, time.UTC))
+	if err != nil || n != 1 {
+		t.Fatalf("expired %d (%v), want 1", n, err)
+	}
+	fresh := open(t, p, kek, Options{Period: time.Hour})
+	if _, err := fresh.Get(ctx, old.ID); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("the expired key: %v", err)
+	}
+	if _, err := fresh.Get(ctx, cur.ID); err != nil {
+		t.Fatalf("the current key: %v", err)
+	}
+}
+
+// TestUnavailable: an unreachable key store is ErrUnavailable, never a
+// key or a plaintext fallback.
+func TestUnavailable(t *testing.T) {
+	p, err := pgxpool.New(context.Background(), "postgres://x@127.0.0.1:1/x?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := Open(ctx, p, newKEK(t), Options{}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("open: %v, want ErrUnavailable", err)
+	}
+	s := newStore(p, newKEK(t), Options{}) // as if the store went away after Open
+	c := &imv1.MessageContent{Type: "text", Body: []byte("secret")}
+	if err := s.SealContent(ctx, "s", "u", c); !errors.Is(err, ErrUnavailable) || c.KeyId != 0 || string(c.Body) != "secret" {
+		t.Fatalf("seal: %v, content %v: want ErrUnavailable and the content untouched", err, c)
+	}
+}

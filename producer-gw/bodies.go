@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/seqflow/seqflow/internal/apierr"
+	"github.com/seqflow/seqflow/internal/keystore"
+	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// bodies seals message and edit bodies before they enter Kafka and opens
+// them for the gateway's clients (pushes, sync, previews), with the data
+// keys of internal/keystore (docs/erasure.md). With no KEK configured
+// (SEQFLOW_KEK unset) it is nil and bodies travel in plaintext; every
+// method is a no-op on a nil *bodies.
+type bodies struct {
+	ks  *keystore.Store
+	log *slog.Logger
+	m   *metrics
+}
+
+// keyTimeout bounds a key-store call on a client's path.
+const keyTimeout = 2 * time.Second
+
+// seal seals c in place for sender's message to session. A key store that
+// does not answer refuses the command (UNAVAILABLE: the client retries
+// with the same client_msg_id); it never sends the body unsealed.
+func (b *bodies) seal(ctx context.Context, session, sender string, c *imv1.MessageContent) *apierr.Error {
+	if b == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, keyTimeout)
+	defer cancel()
+	err := b.ks.SealContent(ctx, session, sender, c)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, keystore.ErrOwnerErased):
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_NOT_PERMITTED, "this user was erased; nothing more can be sent as them")
+	default:
+		b.m.keyErrors.WithLabelValues("seal").Inc()
+		b.log.Warn("seal a body", "session_id", session, "err", err)
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "the key store is unavailable; retry with the same client_msg_id")
+	}
+}
+
+// open returns the plaintext of a body sealed with keyID (0: body as is);
+// erased is true when its key was destroyed. An error means the key store
+// did not answer: the body may open later.
+func (b *bodies) open(ctx context.Context, keyID int64, body []byte, session, sender string) (plain []byte, erased bool, err error) {
+	if keyID == 0 {
+		return body, false, nil
+	}
+	if b == nil {
+		// Sealed elsewhere, and this gateway holds no keys.
+		return nil, false, errors.New("a sealed body and no SEQFLOW_KEK")
+	}
+	ctx, cancel := context.WithTimeout(ctx, keyTimeout)
+	defer cancel()
+	plain, err = b.ks.OpenBody(ctx, keyID, body, session, sender)
+	if keystore.Erased(err) {
+		return nil, true, nil
+	}
+	if err != nil {
+		b.m.keyErrors.WithLabelValues("open").Inc()
+		return nil, false, err
+	}
+	return plain, false, nil
+}
+
+// openEvent returns ev with its content's body opened: ev itself when
+// nothing is sealed, else a copy. erased: the body's key was destroyed (the
+// copy has no body).
+func (b *bodies) openEvent(ctx context.Context, ev *imv1.SequencedEvent) (out *imv1.SequencedEvent, erased bool, err error) {
+	var c *imv1.MessageContent
+	switch p := ev.Payload.(type) {
+	case *imv1.SequencedEvent_Message:
+		c = p.Message
+	case *imv1.SequencedEvent_Edit:
+		c = p.Edit.GetContent()
+	}
+	if c.GetKeyId() == 0 {
+		return ev, false, nil
+	}
+	plain, erased, err := b.open(ctx, c.KeyId, c.Body, ev.SessionId, ev.SenderUserId)
+	if err != nil {
+		return nil, false, err
+	}
+	out = proto.CloneOf(ev)
+	oc := &imv1.MessageContent{Type: c.Type, Body: plain}
+	switch p := out.Payload.(type) {
+	case *imv1.SequencedEvent_Message:
+		p.Message = oc
+	case *imv1.SequencedEvent_Edit:
+		p.Edit.Content = oc
+	}
+	return out, erased, nil
+}
+
+// openStored opens a stored message's body in place; erased as openEvent.
+func (b *bodies) openStored(ctx context.Context, m *store.Message) (erased bool, err error) {
+	if m.BodyKeyID == 0 {
+		return false, nil
+	}
+	plain, erased, err := b.open(ctx, m.BodyKeyID, m.Body, m.SessionID, m.SenderUserID)
+	if err != nil {
+		return false, err
+	}
+	m.Body, m.BodyKeyID = plain, 0
+	return erased, nil
+}

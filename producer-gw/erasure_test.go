@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seqflow/seqflow/internal/keystore"
+	"github.com/seqflow/seqflow/internal/wire"
+)
+
+// TestErasure: with a KEK, bodies are sealed before they enter Kafka. The
+// members read them in plaintext (push, sync, the changes preview) while
+// no topic and no table holds one; once the sender is erased, its bodies
+// come back erased within the gateway's key cache TTL, the other member's
+// do not, and the erased user can send nothing more.
+func TestErasure(t *testing.T) {
+	p := newPipeline(t)
+	kb := make([]byte, keystore.KeyBytes)
+	_, _ = rand.Read(kb)
+	kek := base64.StdEncoding.EncodeToString(kb)
+	gw := p.gateway(map[string]string{"SEQFLOW_KEK": kek, "SEQFLOW_KEY_CACHE_TTL": "1s"})
+	alice, bob := user("alice"), user("bob")
+	ca, cb := p.connect(gw, alice, "d1"), p.connect(gw, bob, "d1")
+	sid, _ := createGroup(ca, bob)
+
+	// Markers no other test writes: found anywhere, they leaked.
+	mark := "secret-" + uuid.NewString()[:12]
+	body := func(who string, n int) string { return fmt.Sprintf("%s %s #%d", mark, who, n) }
+	send := func(c *client, text string) int64 {
+		id := newID()
+		c.send(sendFrame(sid, id, text))
+		return c.mustAckOK(id).Seq
+	}
+	a1 := send(ca, body("alice", 1))
+	if got := textOf(t, cb.eventOf(sid, a1).Event); got != body("alice", 1) {
+		t.Fatalf("bob's push of alice's message: %q", got)
+	}
+	a2 := send(ca, body("alice", 2))
+	b1 := send(cb, body("bob", 1))
+	p.waitStored(sid, a2) // an edit's target must be in the store
+	eid := newID()
+	ca.send(map[string]any{"op": "edit", "client_msg_id": eid, "session_id": sid, "target_seq": a2, "type": "text", "body": body("alice", 22)})
+	ca.mustAckOK(eid)
+	a3 := send(ca, body("alice", 3))
+	p.waitStored(sid, a3)
+
+	page := syncAll(t, cb, sid)
+	for seq, want := range map[int64]string{a1: body("alice", 1), a2: body("alice", 22), b1: body("bob", 1), a3: body("alice", 3)} {
+		if got := textOf(t, page[seq]); got != want || page[seq].Erased {
+			t.Errorf("sync before the erasure, seq %d: %q erased=%v, want %q", seq, got, page[seq].Erased, want)
+		}
+	}
+	if pv := previewOf(t, cb, sid); pv != body("alice", 3) {
+		t.Errorf("changes preview before the erasure: %q", pv)
+	}
+
+	// Nothing of any body in the log or the store.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leaks := scanForPlaintext(ctx, t, p, mark)
+	if len(leaks) > 0 {
+		t.Errorf("plaintext bodies found: %v", leaks)
+	}
+
+	ks, err := keystore.Open(ctx, p.pool, mustKEK(t, kek), keystore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := ks.EraseUser(ctx, alice, "test")
+	if err != nil || e.KeysDestroyed != 1 {
+		t.Fatalf("erase alice: %+v %v, want 1 key destroyed", e, err)
+	}
+	deadline := time.Now().Add(10 * time.Second) // the gateway's key cache: 1s
+	for {
+		page = syncAll(t, cb, sid)
+		if page[a1].Erased || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, seq := range []int64{a1, a2, a3} {
+		if m := page[seq]; !m.Erased || len(m.Body) != 0 || m.SenderUserID != alice || m.Seq != seq {
+			t.Errorf("alice's seq %d after her erasure: %+v, want erased with no body, its place kept", seq, m)
+		}
+	}
+	if m := page[b1]; m.Erased || textOf(t, m) != body("bob", 1) {
+		t.Errorf("bob's message after alice's erasure: %+v", m)
+	}
+	if pv := previewOf(t, cb, sid); pv != "[erased]" {
+		t.Errorf("changes preview after the erasure: %q, want [erased]", pv)
+	}
+	id := newID()
+	ca.send(sendFrame(sid, id, "after"))
+	if f := ca.ackOf(id); f.Op != wire.OpError || f.Error.Name != "not_permitted" {
+		t.Errorf("a send by the erased user answered %+v, want not_permitted", f)
+	}
+	if n := len(scanForPlaintext(ctx, t, p, mark)); n > 0 {
+		t.Errorf("%d plaintext bodies after the erasure", n)
+	}
+}
+
+func mustKEK(t *testing.T, s string) *keystore.LocalKEK {
+	t.Helper()
+	k, err := keystore.ParseKEK(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// textOf is a text message's body as a string ("" when it has none).
+func textOf(t *testing.T, m wire.Message) string {
+	t.Helper()
+	if len(m.Body) == 0 {
+		return ""
+	}
+	var s string
+	if err := json.Unmarshal(m.Body, &s); err != nil {
+		t.Fatalf("body %s is not a JSON string: %v", m.Body, err)
+	}
+	return s
+}
+
+// syncAll is a session's messages by seq, from one sync from the start.
+func syncAll(t *testing.T, c *client, sid string) map[int64]wire.Message {
+	t.Helper()
+	req := newID()
+	c.send(map[string]any{"op": "sync", "req_id": req, "session_id": sid, "after_seq": 0, "limit": 100})
+	f := c.result(req)
+	if f.Op != wire.OpResult {
+		t.Fatalf("sync: %+v", f)
+	}
+	out := map[int64]wire.Message{}
+	for _, m := range f.Messages {
+		out[m.Seq] = m
+	}
+	return out
+}
+
+func previewOf(t *testing.T, c *client, sid string) string {
+	t.Helper()
+	req := newID()
+	c.send(map[string]any{"op": "changes", "req_id": req})
+	for _, s := range c.result(req).Sessions {
+		if s.SessionID == sid {
+			return s.Preview
+		}
+	}
+	t.Fatalf("changes lists no %s", sid)
+	return ""
+}
+
+// scanForPlaintext looks for mark, as bytes and as the hex PostgreSQL
+// renders bytea in, in every committed record (key, value, headers) of
+// the pipeline's topics and in every row of every table of the store's
+// schema and the key store; it returns where.
+func scanForPlaintext(ctx context.Context, t *testing.T, p *pipeline, mark string) []string {
+	t.Helper()
+	var leaks []string
+	for _, topic := range []string{p.topics.Uplink, p.topics.Sequenced, p.topics.Duplicates, p.topics.Receipts, p.topics.Offline, p.topics.DeadLetter} {
+		readAll(ctx, t, p, topic, func(r *kgo.Record) {
+			in := bytes.Contains(r.Value, []byte(mark)) || bytes.Contains(r.Key, []byte(mark))
+			for _, h := range r.Headers {
+				in = in || bytes.Contains(h.Value, []byte(mark))
+			}
+			if in {
+				leaks = append(leaks, fmt.Sprintf("%s/%d@%d", topic, r.Partition, r.Offset))
+			}
+		})
+	}
+	rows, err := p.pool.Query(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = 'public' AND table_type = 'BASE TABLE'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexMark := hex.EncodeToString([]byte(mark))
+	for _, tb := range tables {
+		var n int
+		q := fmt.Sprintf(`SELECT count(*) FROM public.%s x WHERE strpos(x::text, $1) > 0 OR strpos(x::text, $2) > 0`, pgx.Identifier{tb}.Sanitize())
+		if err := p.pool.QueryRow(ctx, q, mark, hexMark).Scan(&n); err != nil {
+			t.Fatalf("scan %s: %v", tb, err)
+		}
+		if n > 0 {
+			leaks = append(leaks, fmt.Sprintf("table %s: %d rows", tb, n))
+		}
+	}
+	if len(tables) < 5 || !strings.Contains(strings.Join(tables, ","), "messages") {
+		t.Fatalf("the scan saw only the tables %v", tables)
+	}
+	return leaks
+}
