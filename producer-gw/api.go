@@ -36,8 +36,8 @@ type api struct {
 	// recounter recounts a connection's unread after a read below its seed.
 	recounter *recounter
 	log       *slog.Logger
-	m        *metrics
-	now      func() time.Time
+	m         *metrics
+	now       func() time.Time
 }
 
 func newAPI(cfg Config, verifier *auth.Verifier, signer *auth.Signer, gate *gate, hub *hub, pw presenceWriter, limits *limiter,

@@ -51,9 +51,9 @@ type downlink struct {
 	conns     connIndex
 	// bodies opens sealed bodies (nil: no KEK).
 	bodies *bodies
-	tracer    trace.Tracer // nil: tracing off
-	log       *slog.Logger
-	m         *metrics
+	tracer trace.Tracer // nil: tracing off
+	log    *slog.Logger
+	m      *metrics
 }
 
 func newDownlink(gatewayID string, recv delivery.Receiver, seqs seqSink, members eventMembers, conns connIndex,

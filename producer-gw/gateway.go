@@ -22,8 +22,8 @@ import (
 	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/delivery"
-	"github.com/seqflow/seqflow/internal/keystore"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/keystore"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/telemetry"
@@ -86,7 +86,7 @@ type Gateway struct {
 	settings *settings
 	// recounter recounts unread counts after reads (unread.go).
 	recounter *recounter
-	api      *api
+	api       *api
 }
 
 // New builds a gateway from a validated Config; it connects to nothing

@@ -80,7 +80,7 @@ type signals struct {
 	now       func() time.Time
 
 	mu      sync.Mutex
-	lists   map[string]memberList // session → members, reused for memberListTTL
+	lists   map[string]memberList   // session → members, reused for memberListTTL
 	cursors map[cursorKey]cursorVal // read and delivery cursors waiting for the next flush
 }
 
