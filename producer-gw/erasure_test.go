@@ -245,3 +245,53 @@ func scanForPlaintext(ctx context.Context, t *testing.T, p *pipeline, mark strin
 	}
 	return leaks
 }
+
+// TestRetentionExpiresBodies: with one-second key periods, a session's
+// retention of one second shreds the bodies of periods that ended before
+// it (they come back erased, in their place) and keeps the current one.
+func TestRetentionExpiresBodies(t *testing.T) {
+	p := newPipeline(t)
+	kb := make([]byte, keystore.KeyBytes)
+	_, _ = rand.Read(kb)
+	kek := base64.StdEncoding.EncodeToString(kb)
+	gw := p.gateway(map[string]string{"SEQFLOW_KEK": kek, "SEQFLOW_KEY_PERIOD": "1s", "SEQFLOW_KEY_CACHE_TTL": "1s"})
+	alice, bob := user("alice"), user("bob")
+	ca := p.connect(gw, alice, "d1")
+	sid, _ := createGroup(ca, bob)
+	send := func(text string) int64 {
+		id := newID()
+		ca.send(sendFrame(sid, id, text))
+		return ca.mustAckOK(id).Seq
+	}
+	old := send("old words")
+	time.Sleep(2100 * time.Millisecond) // the next period, and one more
+	cur := send("new words")
+	p.waitStored(sid, cur)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ks, err := keystore.Open(ctx, p.pool, mustKEK(t, kek), keystore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ks.SetRetention(ctx, sid, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ks.ApplyRetention(ctx); err != nil || n < 1 {
+		t.Fatalf("apply retention: %d keys destroyed, %v", n, err)
+	}
+	var page map[int64]wire.Message
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		page = syncAll(t, ca, sid)
+		if page[old].Erased || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if m := page[old]; !m.Erased || len(m.Body) != 0 {
+		t.Errorf("the expired message: %+v, want erased", m)
+	}
+	if m := page[cur]; m.Erased || textOf(t, m) != "new words" {
+		t.Errorf("the current message: %+v", m)
+	}
+}

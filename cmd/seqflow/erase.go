@@ -5,13 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/seqflow/seqflow/internal/keystore"
 )
 
 // runErase erases a user by crypto-shredding (docs/erasure.md):
@@ -43,23 +38,11 @@ func erase(ctx context.Context, out io.Writer, args []string) error {
 	if *actor == "" {
 		*actor = "seqflow-cli"
 	}
-	url := os.Getenv("SEQFLOW_PG_URL")
-	if url == "" {
-		return errors.New("SEQFLOW_PG_URL is required (the key store's database)")
-	}
-	kek, err := keystore.ParseKEK(os.Getenv("SEQFLOW_KEK"))
-	if err != nil {
-		return fmt.Errorf("SEQFLOW_KEK: %w", err)
-	}
-	pool, err := pgxpool.New(ctx, url)
+	ks, closeKS, err := openKeyStore(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	ks, err := keystore.Open(ctx, pool, kek, keystore.Options{})
-	if err != nil {
-		return err
-	}
+	defer closeKS()
 	e, err := ks.EraseUser(ctx, user, *actor)
 	if err != nil {
 		return err

@@ -72,3 +72,50 @@ func TestEraseUser(t *testing.T) {
 		t.Fatalf("a body of the erased user: %v, want ErrDestroyed", err)
 	}
 }
+
+// TestRetentionCommand: set, list and remove a session's policy through
+// the CLI, and the usage errors. (ApplyRetention's choice of keys is
+// tested in internal/keystore, on a clock of its own: applying here would
+// use this database's real keys.)
+func TestRetentionCommand(t *testing.T) {
+	st := stack.Require(t, "pg")
+	ctx := context.Background()
+	kb := make([]byte, keystore.KeyBytes)
+	_, _ = rand.Read(kb)
+	t.Setenv("SEQFLOW_PG_URL", st.PGURL)
+	t.Setenv("SEQFLOW_KEK", base64.StdEncoding.EncodeToString(kb))
+	sess := "s-" + uuid.NewString()[:8]
+	for _, bad := range [][]string{nil, {"set"}, {"set", "--keep", "1ms", "--session", sess}, {"drop"}, {"list", "extra"}} {
+		if err := retention(ctx, &bytes.Buffer{}, bad); err == nil {
+			t.Errorf("retention %q accepted", bad)
+		}
+	}
+	listed := func() map[string]string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := retention(ctx, &out, []string{"list"}); err != nil {
+			t.Fatal(err)
+		}
+		var ps []map[string]string
+		if err := json.Unmarshal(out.Bytes(), &ps); err != nil {
+			t.Fatalf("list printed %q: %v", out.String(), err)
+		}
+		m := map[string]string{}
+		for _, p := range ps {
+			m[p["scope"]] = p["keep"]
+		}
+		return m
+	}
+	if err := retention(ctx, &bytes.Buffer{}, []string{"set", "--keep", "720h", "--session", sess}); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed()[sess]; got != "720h0m0s" {
+		t.Fatalf("the session's policy is listed as %q", got)
+	}
+	if err := retention(ctx, &bytes.Buffer{}, []string{"set", "--keep", "0", "--session", sess}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := listed()[sess]; ok {
+		t.Fatalf("the removed policy is still listed: %q", got)
+	}
+}

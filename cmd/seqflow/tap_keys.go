@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -20,33 +17,20 @@ import (
 // body was sealed. Without -keys a sealed body prints as it is in Kafka
 // (ciphertext, in base64).
 type tapKeys struct {
-	ks   *keystore.Store
-	pool *pgxpool.Pool
+	ks    *keystore.Store
+	close func()
 }
 
 // openTapKeys connects to the key store of SEQFLOW_PG_URL with SEQFLOW_KEK.
 func openTapKeys(ctx context.Context) (*tapKeys, error) {
-	kek, err := keystore.ParseKEK(os.Getenv("SEQFLOW_KEK"))
+	ks, closeKS, err := openKeyStore(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("-keys needs SEQFLOW_KEK: %w", err)
+		return nil, fmt.Errorf("-keys: %w", err)
 	}
-	url := os.Getenv("SEQFLOW_PG_URL")
-	if url == "" {
-		return nil, fmt.Errorf("-keys needs SEQFLOW_PG_URL (the key store's database)")
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	ks, err := keystore.Open(ctx, pool, kek, keystore.Options{})
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return &tapKeys{ks: ks, pool: pool}, nil
+	return &tapKeys{ks: ks, close: closeKS}, nil
 }
 
-func (k *tapKeys) Close() { k.pool.Close() }
+func (k *tapKeys) Close() { k.close() }
 
 // open returns r with its body opened, or r itself when it holds none
 // sealed. An error: the key store did not answer.

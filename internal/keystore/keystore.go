@@ -169,12 +169,16 @@ CREATE TABLE IF NOT EXISTS seqflow_data_keys (
     owner_user_id text        NOT NULL,
     session_id    text        NOT NULL,
     period_start  timestamptz NOT NULL,
+    -- period_end: the key seals nothing sent at or after it; retention
+    -- destroys a key once period_end is older than the policy.
+    period_end    timestamptz NOT NULL,
     kek_id        text        NOT NULL,
     wrapped       bytea       NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
     UNIQUE (owner_user_id, session_id, period_start)
 );
-CREATE INDEX IF NOT EXISTS seqflow_data_keys_session ON seqflow_data_keys (session_id, period_start);
+CREATE INDEX IF NOT EXISTS seqflow_data_keys_session ON seqflow_data_keys (session_id, period_end);
+CREATE INDEX IF NOT EXISTS seqflow_data_keys_end ON seqflow_data_keys (period_end);
 CREATE TABLE IF NOT EXISTS seqflow_destroyed_keys (
     key_id        bigint      PRIMARY KEY,
     owner_user_id text        NOT NULL,
@@ -188,6 +192,13 @@ CREATE TABLE IF NOT EXISTS seqflow_erased_users (
     erased_at      timestamptz NOT NULL DEFAULT now(),
     actor          text        NOT NULL,
     keys_destroyed bigint      NOT NULL
+);
+-- seqflow_retention: how long bodies are kept, per session, or for every
+-- session without its own ('*'); no row: forever.
+CREATE TABLE IF NOT EXISTS seqflow_retention (
+    scope      text        PRIMARY KEY,
+    keep_s     bigint      NOT NULL CHECK (keep_s > 0),
+    set_at     timestamptz NOT NULL DEFAULT now()
 );`
 
 // ddlLock serializes concurrent ensureTables ("seqflow-keys" in ASCII):
@@ -240,9 +251,9 @@ func (s *Store) ForWrite(ctx context.Context, owner, session string) (Key, error
 		if erased {
 			return ErrOwnerErased
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO seqflow_data_keys (owner_user_id, session_id, period_start, kek_id, wrapped)
-			VALUES ($1, $2, to_timestamp($3), $4, $5) ON CONFLICT (owner_user_id, session_id, period_start) DO NOTHING`,
-			owner, session, sl.period, s.w.ID(), wrapped); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO seqflow_data_keys (owner_user_id, session_id, period_start, period_end, kek_id, wrapped)
+			VALUES ($1, $2, to_timestamp($3), to_timestamp($4), $5, $6) ON CONFLICT (owner_user_id, session_id, period_start) DO NOTHING`,
+			owner, session, sl.period, sl.period+int64(s.opts.Period/time.Second), s.w.ID(), wrapped); err != nil {
 			return err
 		}
 		// The row that won: ours, or a concurrent maker's.
@@ -348,11 +359,10 @@ func (s *Store) EraseUser(ctx context.Context, user, actor string) (Erasure, err
 // ExpireBefore destroys session's keys of periods that ended at or before
 // cutoff (retention); it returns how many.
 func (s *Store) ExpireBefore(ctx context.Context, session string, cutoff time.Time) (int64, error) {
-	end := s.periodStart(cutoff) // periods starting before this one ended by cutoff
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		n, err = destroy(ctx, tx, "retention "+session, `session_id = $1 AND period_start < $2`, session, end)
+		n, err = destroy(ctx, tx, "retention "+session, `session_id = $1 AND period_end <= $2`, session, cutoff)
 		return err
 	})
 	if err != nil {

@@ -218,3 +218,73 @@ func TestUnavailable(t *testing.T) {
 		t.Fatalf("seal: %v, content %v: want ErrUnavailable and the content untouched", err, c)
 	}
 }
+
+// TestRetention: ApplyRetention destroys the keys whose period ended more
+// than the session's policy (or the policy of every session) before now,
+// and no other. The clock is in 2001, so keys other tests make now (this
+// database is shared) are never old enough; the policy of every session
+// is removed again at the end.
+func TestRetention(t *testing.T) {
+	ctx := context.Background()
+	p, kek := pool(t), newKEK(t)
+	now := time.Date(2001, 6, 1, 0, 0, 0, 0, time.UTC)
+	s := open(t, p, kek, Options{Period: time.Hour, Now: func() time.Time { return now }})
+	t.Cleanup(func() { _ = s.SetRetention(context.Background(), AllSessions, 0) })
+	u, a, b, c := id("u"), id("a"), id("b"), id("c")
+	mk := func(session string, at time.Time) Key {
+		t.Helper()
+		now = at
+		k, err := s.ForWrite(ctx, u, session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	bOld := mk(b, time.Date(2001, 1, 1, 0, 10, 0, 0, time.UTC)) // ends Jan 1 01:00
+	a1 := mk(a, time.Date(2001, 6, 1, 0, 10, 0, 0, time.UTC))   // ends 01:00
+	a2 := mk(a, time.Date(2001, 6, 1, 5, 10, 0, 0, time.UTC))   // ends 06:00
+	c1 := mk(c, time.Date(2001, 6, 1, 0, 10, 0, 0, time.UTC))   // ends 01:00
+
+	for _, bad := range []time.Duration{-time.Hour, time.Millisecond} {
+		if err := s.SetRetention(ctx, a, bad); err == nil {
+			t.Errorf("SetRetention(%s) accepted", bad)
+		}
+	}
+	if err := s.SetRetention(ctx, "", time.Hour); err == nil {
+		t.Error("SetRetention without a scope accepted")
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(s.SetRetention(ctx, a, 2*time.Hour))
+	must(s.SetRetention(ctx, AllSessions, 30*24*time.Hour))
+	must(s.SetRetention(ctx, c, time.Hour))
+	must(s.SetRetention(ctx, c, 0)) // c falls back to every session's 30 days
+	ps, err := s.Retentions(ctx)
+	must(err)
+	if len(ps) < 2 || ps[0].Scope != AllSessions || ps[0].Keep != 30*24*time.Hour {
+		t.Fatalf("policies %+v, want * first", ps)
+	}
+
+	now = time.Date(2001, 6, 1, 7, 30, 0, 0, time.UTC) // a's cutoff 05:30, the others' May 2
+	n, err := s.ApplyRetention(ctx)
+	must(err)
+	fresh := open(t, p, kek, Options{})
+	for _, k := range []struct {
+		name string
+		key  Key
+		gone bool
+	}{{"b's January key (every session's 30 days)", bOld, true}, {"a's key that ended at 01:00 (a's 2h)", a1, true},
+		{"a's key that ended at 06:00", a2, false}, {"c's key (its own policy removed)", c1, false}} {
+		_, err := fresh.Get(ctx, k.key.ID)
+		if gone := errors.Is(err, ErrDestroyed); gone != k.gone || (!gone && err != nil) {
+			t.Errorf("%s: %v, want destroyed %v", k.name, err, k.gone)
+		}
+	}
+	if n < 2 {
+		t.Errorf("ApplyRetention destroyed %d keys, want at least this test's 2", n)
+	}
+}
