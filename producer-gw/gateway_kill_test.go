@@ -39,12 +39,14 @@ func TestGatewayKillWhileReceiptsAndTypingFlow(t *testing.T) {
 	p := newPipeline(t)
 	gwA := p.gateway(nil)
 	bin := proc.Build(t, "./producer-gw")
-	envB := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t), "GATEWAY_PRESENCE_TTL": "3s"})
+	envB := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t), "GATEWAY_ADMIN_ADDR": freeAddr(t), "GATEWAY_PRESENCE_TTL": "3s"})
 	var list []string
 	for k, v := range envB {
 		list = append(list, k+"="+v)
 	}
 	gwB := proc.Start(t, "gw-b", bin, list...)
+	p.admins["gw-b"] = envB["GATEWAY_ADMIN_ADDR"]
+	p.waitReady("gw-b")
 	tgwB := &testGW{addr: envB["GATEWAY_ADDR"]}
 	alice, bob := user("alice"), user("bob")
 	a := p.connect(gwA, alice, "phone")
@@ -181,6 +183,8 @@ func TestGatewayKillWhileReceiptsAndTypingFlow(t *testing.T) {
 	if err := gwB.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Ready: its push stream registered, so seqs for its ACKs reach it.
+	p.waitReady("gw-b")
 	b2 := p.dialRetry(tgwB, bob, "laptop")
 	resent, dups := 0, 0
 	for _, id := range bobIDs {
