@@ -14,19 +14,28 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/seqflow/seqflow/internal/erasure"
+	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/keystore"
+	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/rebuild"
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 // TestErasure: with a KEK, bodies are sealed before they enter Kafka. The
 // members read them in plaintext (push, sync, the changes preview) while
-// no topic and no table holds one; once the sender is erased, its bodies
-// come back erased within the gateway's key cache TTL, the other member's
-// do not, and the erased user can send nothing more.
+// no topic and no table holds one; once the sender's keys are destroyed,
+// its bodies come back erased within the gateway's key cache TTL, the
+// other member's do not, and the erased user can send nothing more. The
+// rest of the erasure passes the group the user owned on, removes them
+// through the log with the erasure record, and signs out their device; a
+// rebuild from the log then equals the live store.
 func TestErasure(t *testing.T) {
 	p := newPipeline(t)
 	kb := make([]byte, keystore.KeyBytes)
@@ -110,6 +119,57 @@ func TestErasure(t *testing.T) {
 	}
 	if n := len(scanForPlaintext(ctx, t, p, mark)); n > 0 {
 		t.Errorf("%d plaintext bodies after the erasure", n)
+	}
+
+	// The whole erasure (the keys are gone already): alice, the group's
+	// owner, passes it to bob and leaves through the log with the erasure
+	// record, and her device is signed out.
+	msgs, err := store.Open(ctx, p.pool, "public")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kgo.NewClient(append(eventlog.ClientOpts(p.st.KafkaBrokers, "gw-test-erasure"), eventlog.ProducerOpts()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: p.st.RedisAddr})
+	defer rdb.Close()
+	r, err := erasure.EraseUser(ctx, erasure.Deps{Keys: ks, Store: msgs, Kafka: kc, Topics: p.topics,
+		Devices: presence.NewDevices(rdb, 0)}, alice, "dpo-ticket-1")
+	if err != nil || !r.Again || r.Sessions != 1 || r.Transfers != 1 || r.DevicesSignedOut != 1 {
+		t.Fatalf("erasure: %+v %v, want again, 1 session, 1 transfer, 1 device", r, err)
+	}
+	transfer := cb.expect("the ownership transfer to bob", func(f frame) bool {
+		return f.Op == wire.OpEvent && f.Event.SessionID == sid && f.Event.Kind == wire.KindGroupChange && f.Event.SenderUserID == alice
+	})
+	leave := cb.expect("alice's leave", func(f frame) bool {
+		return f.Op == wire.OpEvent && f.Event.SessionID == sid && f.Event.Kind == wire.KindMembership && f.Event.Action == wire.ActionRemove
+	})
+	if leave.Event.Seq <= transfer.Event.Seq || len(leave.Event.UserIDs) != 1 || leave.Event.UserIDs[0] != alice {
+		t.Errorf("transfer %+v, leave %+v: want the transfer, then alice's removal", transfer.Event, leave.Event)
+	}
+	p.waitStored(sid, leave.Event.Seq)
+	ms, err := msgs.MemberPage(ctx, sid, "", 10)
+	if err != nil || len(ms) != 1 || ms[0].UserID != bob || ms[0].Role != "owner" {
+		t.Errorf("members after the erasure: %+v %v, want bob, the owner", ms, err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for ca.closeErr() == nil && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := ca.closeErr(); err == nil || !strings.Contains(err.Error(), "4002") {
+		t.Errorf("alice's connection after the erasure: %v, want closed with 4002", err)
+	}
+	var record *imv1.Erasure
+	readAll(ctx, t, p, p.topics.Sequenced, func(rec *kgo.Record) {
+		var ev imv1.SequencedEvent
+		if proto.Unmarshal(rec.Value, &ev) == nil && ev.SessionId == sid && ev.GetMembership().GetErasure() != nil {
+			record = ev.GetMembership().GetErasure()
+		}
+	})
+	if record.GetActor() != "dpo-ticket-1" || record.GetErasedAtMs() != r.ErasedAt.UnixMilli() {
+		t.Errorf("the erasure record in the log: %v, want actor dpo-ticket-1 at %d", record, r.ErasedAt.UnixMilli())
 	}
 
 	// A rebuild from the log after the erasure: the same rows as the live

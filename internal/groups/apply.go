@@ -142,6 +142,13 @@ func (p *Partition) apply(c command) {
 			}
 		case imv1.MembershipChange_OP_REMOVE:
 			for _, u := range mc.UserIds {
+				if u == s.Owner {
+					// Only an erasure removes the owner: the group has none
+					// until... never (docs/erasure.md: the erase command
+					// transfers ownership first when it can).
+					p.saveFields(c.session, s)
+					s.Owner = ""
+				}
 				p.removeMember(c.session, s, u)
 			}
 		}

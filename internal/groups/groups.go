@@ -24,6 +24,9 @@
 //   - add (invite): admins, and members too when members_can_invite;
 //   - join: when the join rule is open, or with the group's invite code;
 //   - leave: anyone but the owner (who transfers ownership or dissolves);
+//     an erased user's leave (MembershipChange.erasure) always passes, the
+//     owner's and in a direct session too, and leaves a group without an
+//     owner when its owner goes;
 //   - set role and transfer ownership: the owner only;
 //   - mute all, edit group: admins; dissolve: the owner only;
 //   - a send or edit needs a member not muted (muted until a time later
@@ -251,6 +254,13 @@ func (p *Partition) decide(c command) *Refusal {
 		}
 		return nil
 	case c.recall:
+		return nil
+	}
+	if mc := c.membership; mc.GetErasure() != nil {
+		// An erased user leaves, whatever their role and the session's kind.
+		if mc.Op != imv1.MembershipChange_OP_REMOVE || len(mc.UserIds) != 1 || mc.UserIds[0] != c.actor {
+			return refuse(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "an erasure removes its sender alone")
+		}
 		return nil
 	}
 	if s.Kind == imv1.SessionKind_SESSION_KIND_DIRECT {

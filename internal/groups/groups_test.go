@@ -392,3 +392,62 @@ func randomCommand(rng *rand.Rand) *imv1.Uplink {
 		return up(a, &imv1.Uplink_Recall{Recall: &imv1.Recall{TargetSeq: 1}})
 	}
 }
+
+// TestErasureLeaves: an erased user's leave passes whatever their role
+// (the owner's too, leaving the group without one) and in a direct
+// session; it removes the sender alone, and only a member.
+func TestErasureLeaves(t *testing.T) {
+	erasure := func(sender string, op imv1.MembershipChange_Op, ids ...string) *imv1.Uplink {
+		m := members(op, ids...)
+		m.Membership.Erasure = &imv1.Erasure{Actor: "dpo", ErasedAtMs: 1}
+		return up(sender, m)
+	}
+	p := world(t)
+	for _, c := range []struct {
+		name string
+		u    *imv1.Uplink
+		want imv1.ErrorCode
+	}{
+		{"an erasure removing someone else", erasure("mem", remove, "adm"), bad},
+		{"an erasure removing two", erasure("mem", remove, "mem", "mut"), bad},
+		{"an erasure adding", erasure("mem", add, "mem"), bad},
+		{"an erasure of a non-member", erasure("x", remove, "x"), notMem},
+		{"the muted member's erasure", erasure("mut", remove, "mut"), ok},
+		{"the owner's erasure", erasure("own", remove, "own"), ok},
+	} {
+		r := p.Sequence(c.u, 600)
+		if got := ok; r != nil {
+			got = r.Code
+			if got != c.want {
+				t.Errorf("%s: %v, want %v", c.name, r, c.want)
+			}
+		} else if c.want != ok {
+			t.Errorf("%s: accepted, want %v", c.name, c.want)
+		}
+	}
+	s := p.Session(gid)
+	if _, in := s.Members["own"]; in || s.Owner != "" {
+		t.Errorf("after the owner's erasure: owner %q, members %v", s.Owner, s.Members)
+	}
+	if _, in := s.Members["mut"]; in {
+		t.Error("the erased member is still a member")
+	}
+	// Without an owner, owner-only operations are refused to everyone.
+	if r := p.Sequence(group("adm", &imv1.GroupChange{Op: &imv1.GroupChange_Dissolve_{Dissolve: &imv1.GroupChange_Dissolve{}}}), 700); r == nil || r.Code != denied {
+		t.Errorf("an admin dissolving the ownerless group: %v", r)
+	}
+
+	d := NewPartition(0)
+	if r := d.Sequence(&imv1.Uplink{SessionId: "d-1", SenderUserId: "a", Command: &imv1.Uplink_SessionCreate{SessionCreate: &imv1.SessionCreate{
+		Kind: imv1.SessionKind_SESSION_KIND_DIRECT, MemberUserIds: []string{"a", "b"}}}}, 1); r != nil {
+		t.Fatal(r)
+	}
+	u := erasure("a", remove, "a")
+	u.SessionId = "d-1"
+	if r := d.Sequence(u, 2); r != nil {
+		t.Errorf("an erasure in a direct session: %v", r)
+	}
+	if _, in := d.Session("d-1").Members["a"]; in {
+		t.Error("the erased user is still in the direct session")
+	}
+}

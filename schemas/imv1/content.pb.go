@@ -628,9 +628,14 @@ func (*GroupChange_Dissolve_) isGroupChange_Op() {}
 
 // MembershipChange adds or removes members of a session.
 type MembershipChange struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Op            MembershipChange_Op    `protobuf:"varint,1,opt,name=op,proto3,enum=seqflow.im.v1.MembershipChange_Op" json:"op,omitempty"`
-	UserIds       []string               `protobuf:"bytes,2,rep,name=user_ids,json=userIds,proto3" json:"user_ids,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Op      MembershipChange_Op    `protobuf:"varint,1,opt,name=op,proto3,enum=seqflow.im.v1.MembershipChange_Op" json:"op,omitempty"`
+	UserIds []string               `protobuf:"bytes,2,rep,name=user_ids,json=userIds,proto3" json:"user_ids,omitempty"`
+	// erasure, on a removal of the sender alone: the sender was erased
+	// (docs/erasure.md) and leaves the session whatever their role, in a
+	// direct session too. Only `seqflow erase user` writes it; a gateway
+	// never sets it from a client.
+	Erasure       *Erasure `protobuf:"bytes,3,opt,name=erasure,proto3" json:"erasure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -679,6 +684,69 @@ func (x *MembershipChange) GetUserIds() []string {
 	return nil
 }
 
+func (x *MembershipChange) GetErasure() *Erasure {
+	if x != nil {
+		return x.Erasure
+	}
+	return nil
+}
+
+// Erasure records an erasure: who asked for it and when. It holds no
+// content.
+type Erasure struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// actor is who asked for the erasure (an operator, a DPO's ticket).
+	Actor string `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// erased_at_ms is when the user's keys were destroyed (Unix ms).
+	ErasedAtMs    int64 `protobuf:"varint,2,opt,name=erased_at_ms,json=erasedAtMs,proto3" json:"erased_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Erasure) Reset() {
+	*x = Erasure{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Erasure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Erasure) ProtoMessage() {}
+
+func (x *Erasure) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Erasure.ProtoReflect.Descriptor instead.
+func (*Erasure) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Erasure) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Erasure) GetErasedAtMs() int64 {
+	if x != nil {
+		return x.ErasedAtMs
+	}
+	return 0
+}
+
 // Edit replaces the body of an earlier message of the same sender.
 type Edit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -690,7 +758,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[5]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +770,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[5]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +783,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{5}
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Edit) GetTargetSeq() int64 {
@@ -742,7 +810,7 @@ type Recall struct {
 
 func (x *Recall) Reset() {
 	*x = Recall{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[6]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +822,7 @@ func (x *Recall) String() string {
 func (*Recall) ProtoMessage() {}
 
 func (x *Recall) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[6]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +835,7 @@ func (x *Recall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recall.ProtoReflect.Descriptor instead.
 func (*Recall) Descriptor() ([]byte, []int) {
-	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{6}
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Recall) GetTargetSeq() int64 {
@@ -791,7 +859,7 @@ type GroupChange_Join struct {
 
 func (x *GroupChange_Join) Reset() {
 	*x = GroupChange_Join{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[7]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +871,7 @@ func (x *GroupChange_Join) String() string {
 func (*GroupChange_Join) ProtoMessage() {}
 
 func (x *GroupChange_Join) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[7]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +912,7 @@ type GroupChange_SetRole struct {
 
 func (x *GroupChange_SetRole) Reset() {
 	*x = GroupChange_SetRole{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[8]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +924,7 @@ func (x *GroupChange_SetRole) String() string {
 func (*GroupChange_SetRole) ProtoMessage() {}
 
 func (x *GroupChange_SetRole) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[8]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +965,7 @@ type GroupChange_TransferOwnership struct {
 
 func (x *GroupChange_TransferOwnership) Reset() {
 	*x = GroupChange_TransferOwnership{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[9]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +977,7 @@ func (x *GroupChange_TransferOwnership) String() string {
 func (*GroupChange_TransferOwnership) ProtoMessage() {}
 
 func (x *GroupChange_TransferOwnership) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[9]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1012,7 @@ type GroupChange_Mute struct {
 
 func (x *GroupChange_Mute) Reset() {
 	*x = GroupChange_Mute{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[10]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1024,7 @@ func (x *GroupChange_Mute) String() string {
 func (*GroupChange_Mute) ProtoMessage() {}
 
 func (x *GroupChange_Mute) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[10]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1064,7 @@ type GroupChange_MuteAll struct {
 
 func (x *GroupChange_MuteAll) Reset() {
 	*x = GroupChange_MuteAll{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[11]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1076,7 @@ func (x *GroupChange_MuteAll) String() string {
 func (*GroupChange_MuteAll) ProtoMessage() {}
 
 func (x *GroupChange_MuteAll) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[11]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1118,7 @@ type GroupChange_EditGroup struct {
 
 func (x *GroupChange_EditGroup) Reset() {
 	*x = GroupChange_EditGroup{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[12]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1130,7 @@ func (x *GroupChange_EditGroup) String() string {
 func (*GroupChange_EditGroup) ProtoMessage() {}
 
 func (x *GroupChange_EditGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[12]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1205,7 @@ type GroupChange_Dissolve struct {
 
 func (x *GroupChange_Dissolve) Reset() {
 	*x = GroupChange_Dissolve{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[13]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1217,7 @@ func (x *GroupChange_Dissolve) String() string {
 func (*GroupChange_Dissolve) ProtoMessage() {}
 
 func (x *GroupChange_Dissolve) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[13]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,15 +1297,20 @@ const file_seqflow_im_v1_content_proto_rawDesc = "" +
 	"\f_invite_code\x1a\n" +
 	"\n" +
 	"\bDissolveB\x04\n" +
-	"\x02op\"\x96\x01\n" +
+	"\x02op\"\xc8\x01\n" +
 	"\x10MembershipChange\x122\n" +
 	"\x02op\x18\x01 \x01(\x0e2\".seqflow.im.v1.MembershipChange.OpR\x02op\x12\x19\n" +
-	"\buser_ids\x18\x02 \x03(\tR\auserIds\"3\n" +
+	"\buser_ids\x18\x02 \x03(\tR\auserIds\x120\n" +
+	"\aerasure\x18\x03 \x01(\v2\x16.seqflow.im.v1.ErasureR\aerasure\"3\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06OP_ADD\x10\x01\x12\r\n" +
-	"\tOP_REMOVE\x10\x02\"^\n" +
+	"\tOP_REMOVE\x10\x02\"A\n" +
+	"\aErasure\x12\x14\n" +
+	"\x05actor\x18\x01 \x01(\tR\x05actor\x12 \n" +
+	"\ferased_at_ms\x18\x02 \x01(\x03R\n" +
+	"erasedAtMs\"^\n" +
 	"\x04Edit\x12\x1d\n" +
 	"\n" +
 	"target_seq\x18\x01 \x01(\x03R\ttargetSeq\x127\n" +
@@ -1273,7 +1346,7 @@ func file_seqflow_im_v1_content_proto_rawDescGZIP() []byte {
 }
 
 var file_seqflow_im_v1_content_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_seqflow_im_v1_content_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_seqflow_im_v1_content_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_seqflow_im_v1_content_proto_goTypes = []any{
 	(SessionKind)(0),                      // 0: seqflow.im.v1.SessionKind
 	(GroupRole)(0),                        // 1: seqflow.im.v1.GroupRole
@@ -1284,36 +1357,38 @@ var file_seqflow_im_v1_content_proto_goTypes = []any{
 	(*GroupSettings)(nil),                 // 6: seqflow.im.v1.GroupSettings
 	(*GroupChange)(nil),                   // 7: seqflow.im.v1.GroupChange
 	(*MembershipChange)(nil),              // 8: seqflow.im.v1.MembershipChange
-	(*Edit)(nil),                          // 9: seqflow.im.v1.Edit
-	(*Recall)(nil),                        // 10: seqflow.im.v1.Recall
-	(*GroupChange_Join)(nil),              // 11: seqflow.im.v1.GroupChange.Join
-	(*GroupChange_SetRole)(nil),           // 12: seqflow.im.v1.GroupChange.SetRole
-	(*GroupChange_TransferOwnership)(nil), // 13: seqflow.im.v1.GroupChange.TransferOwnership
-	(*GroupChange_Mute)(nil),              // 14: seqflow.im.v1.GroupChange.Mute
-	(*GroupChange_MuteAll)(nil),           // 15: seqflow.im.v1.GroupChange.MuteAll
-	(*GroupChange_EditGroup)(nil),         // 16: seqflow.im.v1.GroupChange.EditGroup
-	(*GroupChange_Dissolve)(nil),          // 17: seqflow.im.v1.GroupChange.Dissolve
+	(*Erasure)(nil),                       // 9: seqflow.im.v1.Erasure
+	(*Edit)(nil),                          // 10: seqflow.im.v1.Edit
+	(*Recall)(nil),                        // 11: seqflow.im.v1.Recall
+	(*GroupChange_Join)(nil),              // 12: seqflow.im.v1.GroupChange.Join
+	(*GroupChange_SetRole)(nil),           // 13: seqflow.im.v1.GroupChange.SetRole
+	(*GroupChange_TransferOwnership)(nil), // 14: seqflow.im.v1.GroupChange.TransferOwnership
+	(*GroupChange_Mute)(nil),              // 15: seqflow.im.v1.GroupChange.Mute
+	(*GroupChange_MuteAll)(nil),           // 16: seqflow.im.v1.GroupChange.MuteAll
+	(*GroupChange_EditGroup)(nil),         // 17: seqflow.im.v1.GroupChange.EditGroup
+	(*GroupChange_Dissolve)(nil),          // 18: seqflow.im.v1.GroupChange.Dissolve
 }
 var file_seqflow_im_v1_content_proto_depIdxs = []int32{
 	0,  // 0: seqflow.im.v1.SessionCreate.kind:type_name -> seqflow.im.v1.SessionKind
 	6,  // 1: seqflow.im.v1.SessionCreate.settings:type_name -> seqflow.im.v1.GroupSettings
 	2,  // 2: seqflow.im.v1.GroupSettings.join_rule:type_name -> seqflow.im.v1.JoinRule
-	11, // 3: seqflow.im.v1.GroupChange.join:type_name -> seqflow.im.v1.GroupChange.Join
-	12, // 4: seqflow.im.v1.GroupChange.set_role:type_name -> seqflow.im.v1.GroupChange.SetRole
-	13, // 5: seqflow.im.v1.GroupChange.transfer_ownership:type_name -> seqflow.im.v1.GroupChange.TransferOwnership
-	14, // 6: seqflow.im.v1.GroupChange.mute:type_name -> seqflow.im.v1.GroupChange.Mute
-	15, // 7: seqflow.im.v1.GroupChange.mute_all:type_name -> seqflow.im.v1.GroupChange.MuteAll
-	16, // 8: seqflow.im.v1.GroupChange.edit:type_name -> seqflow.im.v1.GroupChange.EditGroup
-	17, // 9: seqflow.im.v1.GroupChange.dissolve:type_name -> seqflow.im.v1.GroupChange.Dissolve
+	12, // 3: seqflow.im.v1.GroupChange.join:type_name -> seqflow.im.v1.GroupChange.Join
+	13, // 4: seqflow.im.v1.GroupChange.set_role:type_name -> seqflow.im.v1.GroupChange.SetRole
+	14, // 5: seqflow.im.v1.GroupChange.transfer_ownership:type_name -> seqflow.im.v1.GroupChange.TransferOwnership
+	15, // 6: seqflow.im.v1.GroupChange.mute:type_name -> seqflow.im.v1.GroupChange.Mute
+	16, // 7: seqflow.im.v1.GroupChange.mute_all:type_name -> seqflow.im.v1.GroupChange.MuteAll
+	17, // 8: seqflow.im.v1.GroupChange.edit:type_name -> seqflow.im.v1.GroupChange.EditGroup
+	18, // 9: seqflow.im.v1.GroupChange.dissolve:type_name -> seqflow.im.v1.GroupChange.Dissolve
 	3,  // 10: seqflow.im.v1.MembershipChange.op:type_name -> seqflow.im.v1.MembershipChange.Op
-	4,  // 11: seqflow.im.v1.Edit.content:type_name -> seqflow.im.v1.MessageContent
-	1,  // 12: seqflow.im.v1.GroupChange.SetRole.role:type_name -> seqflow.im.v1.GroupRole
-	2,  // 13: seqflow.im.v1.GroupChange.EditGroup.join_rule:type_name -> seqflow.im.v1.JoinRule
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	9,  // 11: seqflow.im.v1.MembershipChange.erasure:type_name -> seqflow.im.v1.Erasure
+	4,  // 12: seqflow.im.v1.Edit.content:type_name -> seqflow.im.v1.MessageContent
+	1,  // 13: seqflow.im.v1.GroupChange.SetRole.role:type_name -> seqflow.im.v1.GroupRole
+	2,  // 14: seqflow.im.v1.GroupChange.EditGroup.join_rule:type_name -> seqflow.im.v1.JoinRule
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_seqflow_im_v1_content_proto_init() }
@@ -1330,14 +1405,14 @@ func file_seqflow_im_v1_content_proto_init() {
 		(*GroupChange_Edit)(nil),
 		(*GroupChange_Dissolve_)(nil),
 	}
-	file_seqflow_im_v1_content_proto_msgTypes[12].OneofWrappers = []any{}
+	file_seqflow_im_v1_content_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_seqflow_im_v1_content_proto_rawDesc), len(file_seqflow_im_v1_content_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,191 @@
+// Package erasure erases a user from seqflow (docs/erasure.md, "Erasing a
+// user"), in this order:
+//
+//  1. their data keys are destroyed (internal/keystore): every body they
+//     ever sent stops opening in every copy, and they can send nothing
+//     more;
+//  2. they leave every session they are a member of through the log: one
+//     uplink per session, a removal of themselves carrying the erasure
+//     record (MembershipChange.erasure: who asked, when; no content), which
+//     the group rules let pass whatever their role. Where they own a
+//     group, an ownership transfer to its longest-standing admin (else
+//     member) goes first, so the group keeps an owner. Being sequenced
+//     events, the leaves reach the store, the pushers, replays and audits
+//     alike;
+//  3. their devices are signed out (their tokens stop working, their
+//     connections close with 4002), when Redis is given.
+//
+// Every step is idempotent: running the erasure again redoes what an
+// interrupted run did not finish (the uplinks reuse their client message
+// IDs, so the sequencer collapses the repeats it still remembers, and a
+// leave of a session already left is refused as not_a_member).
+package erasure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/keystore"
+	"github.com/seqflow/seqflow/internal/presence"
+	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// Deps are what an erasure touches.
+type Deps struct {
+	Keys   *keystore.Store
+	Store  *store.Store
+	Kafka  *kgo.Client // a producer (eventlog.ProducerOpts)
+	Topics eventlog.Topics
+	// Devices signs the user's devices out; nil skips it (no Redis).
+	Devices *presence.Devices
+	Log     *slog.Logger
+}
+
+// Result is what an erasure did.
+type Result struct {
+	keystore.Erasure
+	Actor string
+	// Sessions: the sessions the user was a member of, each sent a leave.
+	Sessions int
+	// Transfers: groups the user owned whose ownership was passed on.
+	Transfers int
+	// DevicesSignedOut: devices signed out (-1: no Redis given).
+	DevicesSignedOut int
+}
+
+// producerName is the producer header of the erasure's uplinks.
+const producerName = "seqflow-erasure"
+
+// EraseUser erases user; actor is recorded with it.
+func EraseUser(ctx context.Context, d Deps, user, actor string) (Result, error) {
+	if user == "" || actor == "" {
+		return Result{}, errors.New("erasure: user and actor are required")
+	}
+	res := Result{Actor: actor, DevicesSignedOut: -1}
+	e, err := d.Keys.EraseUser(ctx, user, actor)
+	if err != nil {
+		return res, fmt.Errorf("destroy the keys of %s: %w", user, err)
+	}
+	res.Erasure = e
+	states, err := d.Store.Changes(ctx, user)
+	if err != nil {
+		return res, fmt.Errorf("list the sessions of %s: %w", user, err)
+	}
+	at := e.ErasedAt.UnixMilli()
+	var recs []*kgo.Record
+	for _, s := range states {
+		if s.Role == "owner" {
+			to, err := successor(ctx, d.Store, s.SessionID, user)
+			if err != nil {
+				return res, err
+			}
+			if to != "" {
+				u := uplink(s.SessionID, user, fmt.Sprintf("erasure-transfer:%s:%d", user, at))
+				u.Command = &imv1.Uplink_Group{Group: &imv1.GroupChange{Op: &imv1.GroupChange_TransferOwnership_{
+					TransferOwnership: &imv1.GroupChange_TransferOwnership{UserId: to}}}}
+				rec, err := record(d.Topics, "group", u)
+				if err != nil {
+					return res, err
+				}
+				recs = append(recs, rec)
+				res.Transfers++
+			}
+		}
+		u := uplink(s.SessionID, user, fmt.Sprintf("erasure:%s:%d", user, at))
+		u.Command = &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{
+			Op: imv1.MembershipChange_OP_REMOVE, UserIds: []string{user},
+			Erasure: &imv1.Erasure{Actor: actor, ErasedAtMs: at}}}
+		rec, err := record(d.Topics, "membership", u)
+		if err != nil {
+			return res, err
+		}
+		recs = append(recs, rec)
+		res.Sessions++
+	}
+	// One session's records share a key, so the partition keeps their
+	// order: the transfer before the leave.
+	if err := d.Kafka.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return res, fmt.Errorf("produce the leaves of %s: %w", user, err)
+	}
+	if d.Devices != nil {
+		n, err := signOut(ctx, d.Devices, user)
+		if err != nil {
+			return res, err
+		}
+		res.DevicesSignedOut = n
+	}
+	if d.Log != nil {
+		d.Log.Info("user erased", "user_id", user, "actor", actor, "keys_destroyed", e.KeysDestroyed,
+			"sessions", res.Sessions, "transfers", res.Transfers, "devices_signed_out", res.DevicesSignedOut, "again", e.Again)
+	}
+	return res, nil
+}
+
+// successor is who gets a group user owns: its admin with the lowest
+// joined seq, else its member with the lowest joined seq, among the first
+// 10,000 members by user ID; "" when user is alone.
+func successor(ctx context.Context, st *store.Store, session, user string) (string, error) {
+	ms, err := st.MemberPage(ctx, session, "", 10_000)
+	if err != nil {
+		return "", fmt.Errorf("list the members of %s: %w", session, err)
+	}
+	var best store.Member
+	rank := func(m store.Member) int {
+		if m.Role == "admin" {
+			return 2
+		}
+		return 1
+	}
+	for _, m := range ms {
+		if m.UserID == user || m.Role == "owner" {
+			continue
+		}
+		if best.UserID == "" || rank(m) > rank(best) || (rank(m) == rank(best) && m.JoinedSeq < best.JoinedSeq) {
+			best = m
+		}
+	}
+	return best.UserID, nil
+}
+
+func uplink(session, user, clientMsgID string) *imv1.Uplink {
+	now := time.Now().UnixMilli()
+	return &imv1.Uplink{SessionId: session, ClientMsgId: clientMsgID, SenderUserId: user, SenderDeviceId: "erasure",
+		GatewayId: producerName, ClientTsMs: now, GatewayTsMs: now}
+}
+
+func record(t eventlog.Topics, eventType string, u *imv1.Uplink) (*kgo.Record, error) {
+	v, err := proto.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return &kgo.Record{Topic: t.Uplink, Key: []byte(u.SessionId), Value: v,
+		Headers: eventlog.Headers(eventType, "seqflow.im.v1.Uplink", producerName, "")}, nil
+}
+
+// signOut signs out every listed device of user and announces it, so
+// every gateway closes their connections.
+func signOut(ctx context.Context, d *presence.Devices, user string) (int, error) {
+	devs, err := d.List(ctx, []string{user})
+	if err != nil {
+		return 0, err
+	}
+	cutoff := time.Now().Unix()
+	for _, dv := range devs[user] {
+		k := presence.DeviceKey{UserID: user, DeviceID: dv.DeviceID}
+		if err := d.SignOut(ctx, k, cutoff); err != nil {
+			return 0, err
+		}
+		if err := d.Announce(ctx, presence.Signal{Kind: presence.SignalSignOut, UserID: user, DeviceID: dv.DeviceID, Cutoff: cutoff}); err != nil {
+			return 0, err
+		}
+	}
+	return len(devs[user]), nil
+}
