@@ -152,6 +152,28 @@ export interface Unread {
   readSeq?: number;
 }
 
+/** One of the user's devices (devices()). */
+export interface Device {
+  deviceId: string;
+  /** The platform its last connection gave, '' if none. */
+  platform: string;
+  online: boolean;
+  connections: number;
+  /** When a gateway last saw it, Unix ms (now, while online). */
+  lastSeenMs: number;
+  /** This client's own device. */
+  current: boolean;
+}
+
+/** Whether a user is online, or when last seen (presence()). */
+export interface UserPresence {
+  userId: string;
+  online: boolean;
+  platforms: string[];
+  /** 0 when none of its devices was seen within the retention. */
+  lastSeenMs: number;
+}
+
 /** The client's counters since it was opened. */
 export interface Stats {
   connects: number;
@@ -425,7 +447,12 @@ export class Client {
     }
     const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(this.o.requestTimeoutMs)]);
     const sock = await this.dialer(url, tok, signal);
-    return Conn.open(sock, (f) => this.onFrame(f));
+    const cn = await Conn.open(sock, (f) => this.onFrame(f));
+    if (this.stopped) {
+      cn.kill(new ClosedError());
+      throw new ClosedError();
+    }
+    return cn;
   }
 
   /**
@@ -721,6 +748,50 @@ export class Client {
     if (limit) f.limit = limit;
     const r = await this.request(f);
     return { messages: r.messages ?? [], hasMore: r.has_more === true };
+  }
+
+  /** syncAround returns a page around seq, in seq order, to jump to a message: the event at seq (or the first after it) and up to (limit-1)/2 older ones. */
+  async syncAround(sessionId: string, seq: number, limit = 0): Promise<{ messages: Event[]; hasMoreBefore: boolean; hasMore: boolean }> {
+    const f: ClientFrame = { op: 'sync', session_id: sessionId, around_seq: seq };
+    if (limit) f.limit = limit;
+    const r = await this.request(f);
+    return { messages: r.messages ?? [], hasMoreBefore: r.has_more_before === true, hasMore: r.has_more === true };
+  }
+
+  /** devices lists the user's devices seen within the gateway's retention and not signed out: online ones first. */
+  async devices(): Promise<Device[]> {
+    const r = await this.request({ op: 'devices' });
+    return ((r.devices as any[]) ?? []).map((d) => ({
+      deviceId: d.device_id,
+      platform: d.platform ?? '',
+      online: d.online === true,
+      connections: d.connections ?? 0,
+      lastSeenMs: d.last_seen_ms ?? 0,
+      current: d.current === true,
+    }));
+  }
+
+  /**
+   * signOutDevice signs one of the user's devices out on every gateway:
+   * its tokens issued up to the returned time (Unix seconds) are refused
+   * from now on. Signing out this client's own device makes run() reject
+   * with SignedOutError.
+   */
+  async signOutDevice(deviceId: string): Promise<number> {
+    const r = await this.request({ op: 'sign_out', device_id: deviceId });
+    return (r.signed_out_at as number | undefined) ?? 0;
+  }
+
+  /** presence asks for up to 200 users' presence; users the caller shares no session with come back in notVisible. */
+  async presence(users: string[]): Promise<{ presence: UserPresence[]; notVisible: string[] }> {
+    const r = await this.request({ op: 'presence', user_ids: users });
+    const presence = ((r.presence as any[]) ?? []).map((p) => ({
+      userId: p.user_id,
+      online: p.online === true,
+      platforms: p.platforms ?? [],
+      lastSeenMs: p.last_seen_ms ?? 0,
+    }));
+    return { presence, notVisible: (r.not_visible as string[] | undefined) ?? [] };
   }
 
   /** changes returns every session of the user with its max_seq, read_seq and unread count, and the total. */

@@ -3,7 +3,7 @@
 // dialer and the file outbox.
 
 export { Client, text, wsURL } from './client.js';
-export type { ClientOptions, Content, Changes, Hello, Logger, Receipt, Stats, Typing, Unread } from './client.js';
+export type { ClientOptions, Content, Changes, Device, Hello, Logger, Receipt, Stats, Typing, Unread, UserPresence } from './client.js';
 export { Pending } from './sender.js';
 export type { Ack } from './sender.js';
 export {

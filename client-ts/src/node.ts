@@ -15,18 +15,23 @@ export { FileOutbox };
 export function nodeDialer(): Dialer {
   return (url, token, signal) => {
     const ws = new WebSocket(url, { headers: { Authorization: `Bearer ${token}` }, maxPayload: 8 << 20 });
+    // A refused handshake: read the gateway's error body, then end the
+    // attempt (ws leaves that to a listener of unexpected-response).
     let refusal: Promise<Error> | undefined;
     ws.on('unexpected-response', (_req, res) => {
       refusal = new Promise<Error>((resolve) => {
         let body = '';
+        const done = () => {
+          resolve(handshakeErrorFrom(res.statusCode ?? 0, body));
+          ws.terminate(); // emits close: adaptWebSocket asks refused()
+        };
         res.setEncoding('utf8');
         res.on('data', (c: string) => {
           if (body.length < 4096) body += c;
         });
-        res.on('end', () => resolve(handshakeErrorFrom(res.statusCode ?? 0, body)));
-        res.on('error', () => resolve(handshakeErrorFrom(res.statusCode ?? 0, body)));
+        res.on('end', done);
+        res.on('error', done);
       });
-      ws.terminate(); // emits close: adaptWebSocket asks refused()
     });
     return adaptWebSocket(ws as unknown as WebSocketLike, signal, async () => refusal && (await refusal));
   };
