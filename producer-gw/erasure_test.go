@@ -64,14 +64,26 @@ func TestErasure(t *testing.T) {
 	eid := newID()
 	ca.send(map[string]any{"op": "edit", "client_msg_id": eid, "session_id": sid, "target_seq": a2, "type": "text", "body": body("alice", 22)})
 	ca.mustAckOK(eid)
+	b2 := send(cb, body("bob", 2))
+	p.waitStored(sid, b2)
+	rid := newID()
+	cb.send(map[string]any{"op": "recall", "client_msg_id": rid, "session_id": sid, "target_seq": b2})
+	recall := cb.mustAckOK(rid).Seq
 	a3 := send(ca, body("alice", 3))
 	p.waitStored(sid, a3)
+	var recalledBody []byte
+	if err := p.pool.QueryRow(context.Background(), `SELECT body FROM messages WHERE session_id = $1 AND seq = $2`, sid, b2).Scan(&recalledBody); err != nil || recalledBody != nil {
+		t.Errorf("the recalled message's row in the store: body %x (%v), want NULL", recalledBody, err)
+	}
 
 	page := syncAll(t, cb, sid)
 	for seq, want := range map[int64]string{a1: body("alice", 1), a2: body("alice", 22), b1: body("bob", 1), a3: body("alice", 3)} {
 		if got := textOf(t, page[seq]); got != want || page[seq].Erased {
 			t.Errorf("sync before the erasure, seq %d: %q erased=%v, want %q", seq, got, page[seq].Erased, want)
 		}
+	}
+	if m := page[b2]; !m.Recalled || len(m.Body) != 0 || recall <= b2 {
+		t.Errorf("sync of the recalled message: %+v", m)
 	}
 	if pv := previewOf(t, cb, sid); pv != body("alice", 3) {
 		t.Errorf("changes preview before the erasure: %q", pv)

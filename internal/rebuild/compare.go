@@ -181,7 +181,8 @@ func (r *Report) Equal() bool { return len(r.Differences) == 0 }
 
 // Expected applies the store's first-wins rule to the log: the first event
 // of each (session, seq) and of each msg_id is kept; later repeats are
-// duplicates, later contradictions are dead-lettered.
+// duplicates, later contradictions are dead-lettered. A message recalled
+// by its sender, and every edit aimed at it, keeps no body.
 func Expected(rows []store.Row) map[store.Key]store.Row {
 	want := make(map[store.Key]store.Row, len(rows))
 	ids := make(map[int64]bool, len(rows))
@@ -191,6 +192,24 @@ func Expected(rows []store.Row) map[store.Key]store.Row {
 			continue
 		}
 		want[k], ids[r.MsgID] = r, true
+	}
+	// A recall by the message's sender scrubs the bodies of the message
+	// and of every edit row aimed at it, as the store's writer does.
+	recalled := map[store.Key]bool{}
+	for _, r := range want {
+		if r.Kind != store.KindRecall {
+			continue
+		}
+		t := store.Key{SessionID: r.SessionID, Seq: r.TargetSeq}
+		if m, ok := want[t]; ok && m.Kind == store.KindMessage && m.SenderUserID == r.SenderUserID {
+			recalled[t] = true
+		}
+	}
+	for k, r := range want {
+		if recalled[k] || (r.Kind == store.KindEdit && recalled[store.Key{SessionID: r.SessionID, Seq: r.TargetSeq}]) {
+			r.Body = nil
+			want[k] = r
+		}
 	}
 	return want
 }

@@ -4,7 +4,7 @@ import "fmt"
 
 // writerSQL is every statement of a write, for one schema.
 type writerSQL struct {
-	ids, messages, seqConflicts, idConflicts, edits, recalls, sessions, editPreview, recallPreview string
+	ids, messages, seqConflicts, idConflicts, edits, recalls, scrub, sessions, editPreview, recallPreview string
 	memberAdd, memberRemove, memberRole, reads, deliveries, offsets, readOffsets                   string
 }
 
@@ -77,6 +77,19 @@ FROM (SELECT DISTINCT ON (s.session_id, s.target_seq) s.session_id, s.target_seq
       WHERE s.kind = 'recall' AND m.kind = 'message' AND m.sender_user_id = s.sender_user_id
       ORDER BY s.session_id, s.target_seq, s.seq) e
 WHERE t.session_id = e.session_id AND t.seq = e.target_seq AND (t.recalled_seq IS NULL OR t.recalled_seq > e.seq)`, q),
+
+		// A recalled message keeps no body: not its own, not its current
+		// edit's, not those of the edit rows aimed at it (whoever sent
+		// them), whichever came first in the log; a rebuild ends the same
+		// (rebuild.Expected mirrors it).
+		scrub: fmt.Sprintf(`WITH t AS (
+	SELECT DISTINCT m.session_id, m.seq FROM pg_temp.seqflow_stage s
+	JOIN %[1]s.messages m ON m.session_id = s.session_id AND m.seq = s.target_seq
+	WHERE s.kind IN ('edit', 'recall') AND m.recalled_seq IS NOT NULL)
+UPDATE %[1]s.messages x SET body = NULL, edited_body = NULL
+FROM t
+WHERE x.session_id = t.session_id AND (x.seq = t.seq OR (x.kind = 'edit' AND x.target_seq = t.seq))
+  AND (x.body IS NOT NULL OR x.edited_body IS NOT NULL)`, q),
 
 		// One row per session, aggregated by the writer (sessionsOf).
 		sessions: fmt.Sprintf(`INSERT INTO %[1]s.sessions AS x

@@ -235,3 +235,41 @@ func TestWriteRacingWriters(t *testing.T) {
 		require(t, lastSeq, int64(perSession), "sessions' last seq")
 	}
 }
+
+// TestRecallScrubsBodies: a recall by the sender leaves no body in the
+// table, not the message's, its current edit's, or any edit row's aimed at
+// it, whether the edits came before the recall or after it, in one batch
+// or several; another message keeps its body.
+func TestRecallScrubsBodies(t *testing.T) {
+	ctx := context.Background()
+	s := "s-scrub"
+	evs := []*imv1.SequencedEvent{
+		createEv(s, 1, "alice", "team", "bob"),
+		msgEv(s, 2, "alice", "one"),
+		editEv(s, 3, "alice", 2, "one!"),
+		editEv(s, 4, "bob", 2, "bob's edit"),
+		msgEv(s, 5, "alice", "kept"),
+		recallEv(s, 6, "alice", 2),
+		editEv(s, 7, "alice", 2, "after the recall"),
+	}
+	for _, split := range [][]int{{7}, {2, 5, 6, 7}, {6, 7}} {
+		pool, schema := freshSchema(t)
+		w := NewWriter(pool, schema)
+		rows := rowsOf(t, evs...)
+		from := 0
+		for _, to := range split {
+			_, err := w.Write(ctx, &Batch{Rows: rows[from:to]})
+			requireNoErr(t, err)
+			from = to
+		}
+		var withBody []int64
+		var kept string
+		err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT COALESCE(array_agg(seq ORDER BY seq) FILTER (WHERE seq <> 5 AND (body IS NOT NULL AND body <> '' OR edited_body IS NOT NULL)), '{}'),
+			(SELECT convert_from(body, 'UTF8') FROM %[1]s.messages WHERE seq = 5 AND session_id = $1)
+			FROM %[1]s.messages WHERE session_id = $1 AND kind IN ('message', 'edit')`, schema), s).Scan(&withBody, &kept)
+		requireNoErr(t, err)
+		if len(withBody) != 0 || kept != "kept" {
+			t.Errorf("batches ending at %v: rows with a body left %v, the other message's body %q", split, withBody, kept)
+		}
+	}
+}

@@ -261,6 +261,9 @@ func (w *Writer) queueProjections(pb *pgx.Batch, b *Batch, keep []int) {
 		if kinds[KindRecall] {
 			pb.Queue(w.sql.recalls)
 		}
+		if kinds[KindEdit] || kinds[KindRecall] {
+			pb.Queue(w.sql.scrub)
+		}
 		pb.Queue(w.sql.sessions, sessionsOf(b.Rows, keep)...)
 		if kinds[KindEdit] {
 			pb.Queue(w.sql.editPreview)
