@@ -121,6 +121,15 @@ type Options struct {
 	// reading goroutine: it must not block. They are ephemeral and may be
 	// lost; SeenBy gives the exact answer for reads.
 	OnReceipt func(Receipt)
+	// OnUnread receives the user's unread counts as the gateway pushes
+	// them: every changes result (asked on each connect, so the counts
+	// start there), then the count of a session and the total after each
+	// chat message or recall pushed, and after each read on any of the
+	// user's devices. It is called from the reading goroutine in the
+	// order the frames came, so the last update is the newest: it must
+	// not block. An event's counts come when its frame is read, which
+	// may be before the event reaches OnEvent (it can wait for a fill).
+	OnUnread func(UnreadUpdate)
 
 	// Logger gets connection events at Info and Warn. Default: discard.
 	Logger *slog.Logger
@@ -449,11 +458,15 @@ func (c *Client) serve(ctx context.Context, cn *conn, u string) error {
 	return err
 }
 
-// onFrame handles every frame that answers no request.
+// onFrame handles every frame that answers no request, and changes
+// results (the unread counts' seed).
 func (c *Client) onFrame(f serverFrame) {
 	switch f.Op {
 	case wire.OpEvent:
+		c.onUnread(&f)
 		c.rcv.push(*f.Event)
+	case wire.OpUnread, wire.OpResult:
+		c.onUnread(&f)
 	case wire.OpTyping:
 		if c.opts.OnTyping != nil && f.SessionID != "" && f.UserID != "" {
 			c.opts.OnTyping(Typing{SessionID: f.SessionID, UserID: f.UserID, DeviceID: f.DeviceID,
@@ -469,6 +482,15 @@ func (c *Client) onFrame(f serverFrame) {
 		} else if f.Op == wire.OpError {
 			c.log.Warn("gateway error", "code", f.Error.Code, "name", f.Error.Name, "message", f.Error.Message)
 		}
+	}
+}
+
+func (c *Client) onUnread(f *serverFrame) {
+	if c.opts.OnUnread == nil {
+		return
+	}
+	if u, ok := unreadUpdate(f); ok {
+		c.opts.OnUnread(u)
 	}
 }
 

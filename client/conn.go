@@ -129,6 +129,12 @@ func (c *conn) readLoop(handle func(serverFrame)) error {
 			delete(c.waiters, f.ReqID)
 			c.mu.Unlock()
 			if ok {
+				if f.Op == wire.OpResult && f.TotalUnread != nil {
+					// A changes result also seeds the unread counts: it
+					// goes to handle too, in frame order with the counted
+					// pushes around it.
+					handle(f)
+				}
 				w <- f
 				continue
 			}

@@ -5,7 +5,8 @@ import (
 )
 
 // decodeFast decodes the frames the gateway sends most (ack, seq_notice,
-// event, pong/result without a body, hello) with wire.Scanner instead of
+// event with or without its unread counts, unread, pong/result without a
+// body, hello) with wire.Scanner instead of
 // encoding/json's reflection, which was most of a client's CPU per
 // received message. Errors, sync pages, unknown keys and anything the
 // scanner refuses return false, and the caller decodes the frame with
@@ -51,9 +52,13 @@ func decodeFast(b []byte, f *serverFrame) bool {
 		case 16:
 			return s.IntInt(&f.MaxFrameBytes)
 		case 17:
-			return s.Int(&f.Unread)
+			f.Unread = new(int64)
+			return s.Int(f.Unread)
 		case 18:
-			return s.Int(&f.TotalUnread)
+			f.TotalUnread = new(int64)
+			return s.Int(f.TotalUnread)
+		case 19:
+			return s.Int(&f.ReadSeq)
 		}
 		return false
 	}) && s.End()
@@ -63,7 +68,7 @@ func decodeFast(b []byte, f *serverFrame) bool {
 var (
 	topKeys = map[string]int{"op": 0, "req_id": 1, "client_msg_id": 2, "session_id": 3, "status": 4, "seq": 5, "msg_id": 6,
 		"server_ts": 7, "duplicate": 8, "has_more": 9, "event": 10, "conn_id": 11, "user_id": 12, "device_id": 13,
-		"gateway_id": 14, "heartbeat_ms": 15, "max_frame_bytes": 16, "unread": 17, "total_unread": 18}
+		"gateway_id": 14, "heartbeat_ms": 15, "max_frame_bytes": 16, "unread": 17, "total_unread": 18, "read_seq": 19}
 	messageKeys = map[string]int{"session_id": 0, "seq": 1, "msg_id": 2, "client_msg_id": 3, "sender_user_id": 4,
 		"sender_device_id": 5, "server_ts": 6, "kind": 7, "type": 8, "body": 9, "target_seq": 10, "session_kind": 11,
 		"title": 12, "action": 13, "user_ids": 14, "edited": 15, "recalled": 16, "erased": 17}

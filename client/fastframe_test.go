@@ -29,8 +29,12 @@ func gatewayFrames(t testing.TB) []string {
 	hello, _ := json.Marshal(wire.Hello{Op: wire.OpHello, ConnID: "c-1", UserID: "u", DeviceID: "d", GatewayID: "gw-1", HeartbeatMs: 15000, MaxFrameBytes: 65536})
 	pong, _ := json.Marshal(wire.OK{Op: wire.OpPong, ReqID: "q7"})
 	notice := wire.Ack{Op: wire.OpSeqNotice, ClientMsgID: "m", SessionID: "s", Status: wire.StatusOK, Seq: 9, MsgID: "1"}
+	counted := wire.AppendUnread(nil, evb, 3, 7)
+	zero := wire.AppendUnread(nil, cb, 0, 0)
+	read, _ := json.Marshal(wire.UnreadFrame{Op: wire.OpUnread, SessionID: "g-5b1f", ReadSeq: 43, Unread: 0, TotalUnread: 2})
 	return []string{string(ack.AppendJSON(nil)), string(notice.AppendJSON(nil)), string(evb), string(cb), string(hello), string(pong),
-		`{"op":"event","event":{"session_id":"s","seq":1,"user_ids":[]}}`, ` { "op" : "ack" , "seq" : -0 } `}
+		`{"op":"event","event":{"session_id":"s","seq":1,"user_ids":[]}}`, ` { "op" : "ack" , "seq" : -0 } `,
+		string(counted), string(zero), string(read)}
 }
 
 // TestDecodeFast: the frames the gateway sends most take the fast path
@@ -110,12 +114,58 @@ func BenchmarkDecodeFrame_Event200B(b *testing.B) {
 	})
 }
 
-// TestDecodeFastTakesUnreadCounts: an event frame with the unread counts
-// the gateway attaches after changes stays on the fast path.
-func TestDecodeFastTakesUnreadCounts(t *testing.T) {
-	var f serverFrame
-	b := []byte(`{"op":"event","event":{"session_id":"g-1","seq":4,"msg_id":"9","sender_user_id":"bob","server_ts":5,"kind":"message","type":"text","body":"hi"},"unread":3,"total_unread":7}`)
-	if !decodeFast(b, &f) || f.Unread != 3 || f.TotalUnread != 7 || f.Event == nil || f.Event.Seq != 4 {
-		t.Fatalf("decodeFast = %+v", f)
+// TestDecodeUnreadCounts: the unread counts decode the same on the fast
+// path and through encoding/json, a count of 0 is not an absent count,
+// and only frames that carry both counts (or a changes result) make an
+// UnreadUpdate.
+func TestDecodeUnreadCounts(t *testing.T) {
+	ev := `"event":{"session_id":"g-1","seq":4,"msg_id":"9","sender_user_id":"bob","server_ts":5,"kind":"message","type":"text","body":"hi"}`
+	for _, tc := range []struct {
+		name, in string
+		fast     bool // takes the fast path
+		want     *UnreadUpdate
+	}{
+		{"event counted", `{"op":"event",` + ev + `,"unread":3,"total_unread":7}`, true,
+			&UnreadUpdate{Cause: UnreadEvent, SessionID: "g-1", Unread: 3, Seq: 4, TotalUnread: 7}},
+		{"event counted 0", `{"op":"event",` + ev + `,"unread":0,"total_unread":0}`, true,
+			&UnreadUpdate{Cause: UnreadEvent, SessionID: "g-1", Seq: 4}},
+		{"event not counted", `{"op":"event",` + ev + `}`, true, nil},
+		{"event with null counts", `{"op":"event",` + ev + `,"unread":null,"total_unread":null}`, false, nil},
+		{"event with a total only", `{"op":"event",` + ev + `,"total_unread":2}`, true, nil},
+		{"unread frame", `{"op":"unread","session_id":"g-1","read_seq":43,"unread":0,"total_unread":5}`, true,
+			&UnreadUpdate{Cause: UnreadRead, SessionID: "g-1", ReadSeq: 43, TotalUnread: 5}},
+		{"unread frame without session", `{"op":"unread","read_seq":43,"unread":0,"total_unread":5}`, true, nil},
+		{"changes result", `{"op":"result","req_id":"q1","sessions":[{"session_id":"a","max_seq":9,"read_seq":2,"unread":0},{"session_id":"b","max_seq":3,"read_seq":0,"unread":2}],"total_unread":2}`, false,
+			&UnreadUpdate{Cause: UnreadChanges, TotalUnread: 2, Sessions: map[string]int64{"a": 0, "b": 2}}},
+		{"changes result, no sessions", `{"op":"result","req_id":"q1","sessions":[],"total_unread":0}`, false,
+			&UnreadUpdate{Cause: UnreadChanges, Sessions: map[string]int64{}}},
+		{"sync result", `{"op":"result","req_id":"q1","session_id":"a","messages":[],"has_more":false}`, false, nil},
+		{"pong", `{"op":"pong","req_id":"q1"}`, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fast, slow serverFrame
+			if got := decodeFast([]byte(tc.in), &fast); got != tc.fast {
+				t.Fatalf("decodeFast took it: %v, want %v", got, tc.fast)
+			}
+			if err := json.Unmarshal([]byte(tc.in), &slow); err != nil {
+				t.Fatal(err)
+			}
+			if tc.fast && !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("decodeFast:\n got %+v\nwant %+v", fast, slow)
+			}
+			f, err := decodeFrame([]byte(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, ok := unreadUpdate(&f)
+			switch {
+			case tc.want == nil && ok:
+				t.Fatalf("update %+v from a frame without counts", u)
+			case tc.want != nil && !ok:
+				t.Fatalf("no update, want %+v (frame %+v)", *tc.want, f)
+			case tc.want != nil && !reflect.DeepEqual(u, *tc.want):
+				t.Fatalf("update:\n got %+v\nwant %+v", u, *tc.want)
+			}
+		})
 	}
 }

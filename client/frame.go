@@ -31,10 +31,13 @@ type serverFrame struct {
 	// HasMoreBefore: older messages precede an around_seq page.
 	HasMoreBefore bool                 `json:"has_more_before"`
 	Sessions      []wire.SessionChange `json:"sessions"`
-	// Unread counts: on events after changes, in unread frames, and the
-	// total in changes results.
-	Unread      int64 `json:"unread"`
-	TotalUnread int64 `json:"total_unread"`
+	// Unread counts: on chat and recall events after changes, in unread
+	// frames, and the total in changes results. Pointers, because an
+	// event without them (not counted) is not an event with a count of 0.
+	Unread      *int64 `json:"unread"`
+	TotalUnread *int64 `json:"total_unread"`
+	// ReadSeq: the user's read cursor, in unread frames.
+	ReadSeq int64 `json:"read_seq"`
 
 	ConnID        string `json:"conn_id"`
 	UserID        string `json:"user_id"`
