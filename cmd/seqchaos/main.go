@@ -51,6 +51,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	users := fs.Int("users", 12, "load: users, one connection each")
 	sessions := fs.Int("sessions", 6, "load: sessions, half of them groups of 4")
 	governance := fs.Duration("governance", 500*time.Millisecond, "load: one governance operation per group every this long (±50%); 0 turns it off")
+	plaintext := fs.Bool("plaintext", false, "the gateways do not seal bodies (default: sealed with a KEK of the run, docs/erasure.md)")
 	maxFaults := fs.Int("max-faults", 0, "stop injecting after this many faults (0: as many as fit)")
 	minFaults := fs.Int("min-faults", 0, "fail when fewer faults were injected (default 50, -short 8)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds (default all, -short the short set); see internal/testkit/chaos")
@@ -65,7 +66,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	st := config.LoadLocal()
 	o := chaos.Options{
 		Brokers: st.Kafka3Brokers, Root: st.Root, Seed: *seed, Duration: *duration, Rate: *rate, Users: *users,
-		Sessions: *sessions, Governance: *governance, MaxFaults: *maxFaults, MinFaults: *minFaults, SessionTimeout: *sessionTimeout,
+		Sessions: *sessions, Governance: *governance, Plaintext: *plaintext, MaxFaults: *maxFaults, MinFaults: *minFaults, SessionTimeout: *sessionTimeout,
 		MaxRecovery: *maxRecovery, Keep: *keep, Out: out,
 	}
 	if o.Governance == 0 {

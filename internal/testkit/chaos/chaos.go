@@ -12,6 +12,7 @@ package chaos
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -74,6 +75,10 @@ type Options struct {
 	// leaving and rejoining while the load sends. Default 500ms; negative
 	// turns it off.
 	Governance time.Duration
+	// Plaintext turns off sealing. By default the gateways seal every body
+	// with a KEK of the run (docs/erasure.md), so the key store, in the
+	// PostgreSQL that postgres_restart restarts, is on every send's path.
+	Plaintext bool
 	// Partitions of every keyed topic (replication factor 3). Default 6.
 	Partitions int32
 	// SessionTimeout is every consumer group's session timeout; zombie
@@ -194,6 +199,7 @@ type suite struct {
 	prefix string
 	topics eventlog.Topics
 	secret string
+	kek    string // SEQFLOW_KEK of the gateways, unless Plaintext
 	log    *slog.Logger
 
 	redis *redisServer
@@ -225,6 +231,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	sb := make([]byte, 24)
 	_, _ = rand.Read(sb)
 	s.secret = hex.EncodeToString(sb)
+	kek := make([]byte, 32)
+	_, _ = rand.Read(kek)
+	s.kek = base64.StdEncoding.EncodeToString(kek)
 	if s.o.Dir == "" {
 		s.o.Dir = filepath.Join(o.Root, ".data", "chaos", s.id)
 	}
@@ -431,6 +440,9 @@ func (s *suite) setup(ctx context.Context) error {
 			"gateway": {"GATEWAY_ID=" + inst, "GATEWAY_ADDR=" + gwAddr, "GATEWAY_JWT_HS256_SECRET=" + s.secret,
 				"GATEWAY_HEARTBEAT=2s", "GATEWAY_PRESENCE_TTL=6s", "GATEWAY_RATE_PER_USER=1000", "GATEWAY_RATE_BURST=1000",
 				"GATEWAY_SHUTDOWN_TIMEOUT=3s"},
+		}
+		if !o.Plaintext {
+			env["gateway"] = append(env["gateway"], "SEQFLOW_KEK="+s.kek)
 		}
 		adminVar := map[string]string{"sequencer": "SEQUENCER_ADMIN_ADDR", "persister": "PERSISTER_ADMIN_ADDR",
 			"pusher": "PUSHER_ADMIN_ADDR", "gateway": "GATEWAY_ADMIN_ADDR"}
