@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/apierr"
+	"github.com/seqflow/seqflow/internal/erasure"
 	"github.com/seqflow/seqflow/internal/keystore"
+	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -114,4 +118,35 @@ func (b *bodies) openStored(ctx context.Context, m *store.Message) (erased bool,
 	}
 	m.Body, m.BodyKeyID = plain, 0
 	return erased, nil
+}
+
+// adminRoutes are the gateway's own operator endpoints on its admin port:
+// POST /erase/user (with SEQFLOW_KEK; docs/erasure.md).
+func (g *Gateway) adminRoutes() map[string]http.Handler {
+	if g.keys == nil {
+		return nil
+	}
+	return map[string]http.Handler{"POST /erase/user": http.HandlerFunc(g.eraseUser)}
+}
+
+// eraseUser erases the user named by the form value user, recording actor
+// (required too), and answers what internal/erasure did, as JSON: 400 for
+// a missing value, 503 when a step failed (the erasure can be run again).
+func (g *Gateway) eraseUser(w http.ResponseWriter, r *http.Request) {
+	user, actor := r.FormValue("user"), r.FormValue("actor")
+	if user == "" || actor == "" {
+		http.Error(w, "user and actor are required (who is erased, and who asks)", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
+	defer cancel()
+	res, err := erasure.EraseUser(ctx, erasure.Deps{Keys: g.keys, Store: g.store, Kafka: g.kc, Topics: g.cfg.Topics,
+		Devices: presence.NewDevices(g.rdb, g.cfg.DeviceRetention), Log: g.log}, user, actor)
+	if err != nil {
+		g.log.Error("erase user", "user_id", user, "actor", actor, "err", err)
+		http.Error(w, "erasure incomplete, run it again: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(res.Report())
 }

@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -366,4 +368,50 @@ func TestRetentionExpiresBodies(t *testing.T) {
 	if m := page[cur]; m.Erased || textOf(t, m) != "new words" {
 		t.Errorf("the current message: %+v", m)
 	}
+}
+
+// TestEraseOverAdminHTTP: POST /erase/user on the gateway's admin port
+// runs the whole erasure and answers what it did; a missing value is 400.
+func TestEraseOverAdminHTTP(t *testing.T) {
+	p := newPipeline(t)
+	kb := make([]byte, keystore.KeyBytes)
+	_, _ = rand.Read(kb)
+	admin := freeAddr(t)
+	gw := p.gateway(map[string]string{"SEQFLOW_KEK": base64.StdEncoding.EncodeToString(kb), "GATEWAY_ADMIN_ADDR": admin})
+	alice, bob := user("alice"), user("bob")
+	ca, cb := p.connect(gw, alice, "d1"), p.connect(gw, bob, "d1")
+	sid, _ := createGroup(ca, bob)
+	id := newID()
+	cb.send(sendFrame(sid, id, "hello"))
+	seq := cb.mustAckOK(id).Seq
+	p.waitStored(sid, seq)
+	post := func(form url.Values) (int, map[string]any) {
+		t.Helper()
+		var resp *http.Response
+		var err error
+		for range 50 { // the admin port opens with the gateway's other parts
+			if resp, err = http.PostForm("http://"+admin+"/erase/user", form); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	if code, _ := post(url.Values{"user": {bob}}); code != http.StatusBadRequest {
+		t.Errorf("an erasure without an actor: %d, want 400", code)
+	}
+	code, out := post(url.Values{"user": {bob}, "actor": {"ticket-7"}})
+	if code != http.StatusOK || out["keys_destroyed"] != float64(1) || out["sessions_left"] != float64(1) || out["actor"] != "ticket-7" {
+		t.Fatalf("erase bob: %d %v", code, out)
+	}
+	ca.expect("bob's leave", func(f frame) bool {
+		return f.Op == wire.OpEvent && f.Event.SessionID == sid && f.Event.Kind == wire.KindMembership &&
+			f.Event.Action == wire.ActionRemove && len(f.Event.UserIDs) == 1 && f.Event.UserIDs[0] == bob
+	})
 }

@@ -86,9 +86,5 @@ func erase(ctx context.Context, out io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	return json.NewEncoder(out).Encode(map[string]any{
-		"user_id": r.UserID, "actor": r.Actor, "erased_at": r.ErasedAt, "again": r.Again,
-		"keys_destroyed": r.KeysDestroyed, "sessions_left": r.Sessions, "ownership_transfers": r.Transfers,
-		"devices_signed_out": r.DevicesSignedOut,
-	})
+	return json.NewEncoder(out).Encode(r.Report())
 }

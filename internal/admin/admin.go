@@ -28,6 +28,9 @@ type Server struct {
 	Addr  string
 	Reg   *prometheus.Registry
 	Ready ReadyFunc
+	// Routes are a service's own operator endpoints, by ServeMux pattern
+	// ("POST /erase/user").
+	Routes map[string]http.Handler
 }
 
 // Handler returns the admin routes.
@@ -51,6 +54,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	for pattern, h := range s.Routes {
+		mux.Handle(pattern, h)
+	}
 	return mux
 }
 

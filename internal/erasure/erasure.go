@@ -189,3 +189,12 @@ func signOut(ctx context.Context, d *presence.Devices, user string) (int, error)
 	}
 	return len(devs[user]), nil
 }
+
+// Report is r as the erase command and the gateway's admin call print it.
+func (r Result) Report() map[string]any {
+	return map[string]any{
+		"user_id": r.UserID, "actor": r.Actor, "erased_at": r.ErasedAt, "again": r.Again,
+		"keys_destroyed": r.KeysDestroyed, "sessions_left": r.Sessions, "ownership_transfers": r.Transfers,
+		"devices_signed_out": r.DevicesSignedOut,
+	}
+}
