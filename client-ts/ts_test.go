@@ -58,7 +58,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
 	defer cancel()
 	files, err := filepath.Glob(filepath.Join(".build", "test", "*", "*.test.js"))
 	if err != nil || len(files) == 0 {
@@ -73,6 +73,8 @@ func TestTypeScriptSDK(t *testing.T) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	runErr := cmd.Run()
+	// The whole TAP output, diagnostics included, for a closer look.
+	_ = os.WriteFile(filepath.Join(".build", "node-test.tap"), out.Bytes(), 0o644)
 	t.Logf("node --test (%v):\n%s", time.Since(began).Round(time.Millisecond), summary(out.String()))
 	counts := tapCounts(out.String())
 	switch {

@@ -48,6 +48,25 @@ export function adaptWebSocket(
 ): Promise<Socket> {
   return new Promise<Socket>((resolve, reject) => {
     let opened = false;
+    // Frames and a close that come before the client set its handlers are
+    // kept for them: in Node, ws can emit the gateway's hello (sent in the
+    // same packet as the 101 response) before the promise below resolves.
+    let onmessage: ((text: string) => void) | undefined;
+    let onclose: ((code: number, reason: string) => void) | undefined;
+    const early: string[] = [];
+    let closedEarly: [number, string] | undefined;
+    let draining = false;
+    const drain = () => {
+      if (draining) return;
+      draining = true;
+      while (onmessage && early.length > 0) onmessage(early.shift()!);
+      draining = false;
+      if (onclose && closedEarly && early.length === 0) {
+        const [code, reason] = closedEarly;
+        closedEarly = undefined;
+        onclose(code, reason);
+      }
+    };
     const sock: Socket = {
       send: (text) => {
         if (ws.readyState !== 1) throw new ConnectionLostError('socket not open');
@@ -60,8 +79,27 @@ export function adaptWebSocket(
           ws.close();
         }
       },
-      onmessage: () => {},
-      onclose: () => {},
+      get onmessage() {
+        return onmessage ?? ((t: string) => void early.push(t));
+      },
+      set onmessage(h) {
+        onmessage = h;
+        drain();
+      },
+      get onclose() {
+        return onclose ?? ((code: number, reason: string) => void (closedEarly = [code, reason]));
+      },
+      set onclose(h) {
+        onclose = h;
+        drain();
+      },
+    };
+    const deliver = (text: string) => {
+      if (onmessage && early.length === 0 && !draining) onmessage(text);
+      else {
+        early.push(text);
+        drain();
+      }
     };
     const onAbort = () => {
       ws.close();
@@ -74,15 +112,19 @@ export function adaptWebSocket(
       resolve(sock);
     };
     ws.onmessage = (ev) => {
-      if (typeof ev.data === 'string') sock.onmessage(ev.data);
+      if (typeof ev.data === 'string') deliver(ev.data);
       else if (ev.data instanceof ArrayBuffer || ArrayBuffer.isView(ev.data)) {
-        sock.onmessage(new TextDecoder().decode(ev.data as ArrayBuffer));
+        deliver(new TextDecoder().decode(ev.data as ArrayBuffer));
       }
     };
     ws.onerror = () => {};
     ws.onclose = (ev) => {
       if (opened) {
-        sock.onclose(ev.code, ev.reason);
+        if (onclose && early.length === 0) onclose(ev.code, ev.reason);
+        else {
+          closedEarly = [ev.code, ev.reason];
+          drain();
+        }
         return;
       }
       signal.removeEventListener('abort', onAbort);

@@ -25,9 +25,12 @@ import {
 import { checkOnceInOrder, control, gateway, poll, requireStack, start, token, user } from './harness.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+// Each test has a deadline, so a hang names its test (and the Go wrapper's
+// two minutes are not spent on one).
+const quick = { timeout: 25_000 };
 
 describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
-  it('kill -9 of the gateway mid-stream: every message once, in order, with its seq, stored once', async (t) => {
+  it('kill -9 of the gateway mid-stream: every message once, in order, with its seq, stored once', { timeout: 45_000 }, async (t) => {
     if (!requireStack(t)) return;
     const alice = user('alice');
     const bob = user('bob');
@@ -69,7 +72,7 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
       ['alice', a],
       ['bob', b],
     ] as const) {
-      await r.rec.waitFor(60_000, `all ${n} messages at ${who}`, () => r.rec.messages(g.sessionId).length >= n);
+      await r.rec.waitFor(30_000, `all ${n} messages at ${who}`, () => r.rec.messages(g.sessionId).length >= n);
       checkOnceInOrder(r.rec.events, g.sessionId, want);
       if (inPostingOrder) {
         const bodies = r.rec.messages(g.sessionId).map((e) => e.body);
@@ -78,7 +81,7 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
       assert.ok(r.c.stats.connects >= 2, `${who} did not reconnect: ${JSON.stringify(r.c.stats)}`);
     }
     // The store lags the push path by the persister's batch time.
-    const stored = await poll(60_000, `${n} stored messages`, async () => {
+    const stored = await poll(30_000, `${n} stored messages`, async () => {
       const s = JSON.parse(await control(`/stored?session=${g.sessionId}`)) as Record<string, number>;
       return Object.keys(s).length >= n ? s : undefined;
     });
@@ -90,7 +93,7 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     t.diagnostic(`alice ${JSON.stringify(a.c.stats)}; bob ${JSON.stringify(b.c.stats)}`);
   });
 
-  it('send and receive: the ACK has the seq the other member receives; a resend with the same client_msg_id gets the same seq', async (t) => {
+  it('send and receive: the ACK has the seq the other member receives; a resend with the same client_msg_id gets the same seq', quick, async (t) => {
     if (!requireStack(t)) return;
     const alice = user('alice');
     const bob = user('bob');
@@ -122,7 +125,7 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     assert.equal(b.rec.messages(g.sessionId).length, 1, 'the resend was not delivered again');
   });
 
-  it('sync: a device that connects later catches up in order through changes + sync; pages forward and back', async (t) => {
+  it('sync: a device that connects later catches up in order through changes + sync; pages forward and back', quick, async (t) => {
     if (!requireStack(t)) return;
     const alice = user('alice');
     const a = await start(t, alice, 'phone');
@@ -147,7 +150,7 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     assert.equal(later.c.cursors()[g.sessionId], acks[6]!.seq);
   });
 
-  it('outbox: messages posted while no gateway answers survive a process restart with their IDs', async (t) => {
+  it('outbox: messages posted while no gateway answers survive a process restart with their IDs', quick, async (t) => {
     if (!requireStack(t)) return;
     const alice = user('alice');
     const bob = user('bob');
@@ -184,7 +187,7 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     await left.close();
   });
 
-  it('errors carry the registry code, name and retryability; a refused token ends run()', async (t) => {
+  it('errors carry the registry code, name and retryability; a refused token ends run()', quick, async (t) => {
     if (!requireStack(t)) return;
     const a = await start(t, user('alice'), 'phone');
     await assert.rejects(a.c.send('g-nobody-has-this-session', text('hi')), (e: unknown) => {
@@ -205,7 +208,7 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     });
   });
 
-  it('the browser dialer (token in the URL) sends and receives, and learns a refused token over HTTP', async (t) => {
+  it('the browser dialer (token in the URL) sends and receives, and learns a refused token over HTTP', quick, async (t) => {
     if (!requireStack(t)) return;
     const alice = user('alice');
     // ws stands in for the browser's WebSocket: same API, no headers set.
@@ -218,7 +221,7 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     await assert.rejects(bad.run(), (e: unknown) => e instanceof HandshakeError && e.status === 401 && isAuth(e));
   });
 
-  it('group operations, member list and changes, a mute refused with its code', async (t) => {
+  it('group operations, member list and changes, a mute refused with its code', quick, async (t) => {
     if (!requireStack(t)) return;
     const alice = user('alice');
     const bob = user('bob');
@@ -254,7 +257,7 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     );
   });
 
-  it('unread counts on the push and after a read; delivered and read cursors are stored; read receipts off', async (t) => {
+  it('unread counts on the push and after a read; delivered and read cursors are stored; read receipts off', quick, async (t) => {
     if (!requireStack(t)) return;
     const alice = user('alice');
     const bob = user('bob');
@@ -287,7 +290,7 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     assert.equal(await b.c.setReadReceipts(true), true);
   });
 
-  it('devices and presence; a sign-out from another device ends run() with SignedOutError', async (t) => {
+  it('devices and presence; a sign-out from another device ends run() with SignedOutError', quick, async (t) => {
     if (!requireStack(t)) return;
     const alice = user('alice');
     const bob = user('bob');

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Conn } from '../../src/conn.js';
 import { ConnectionLostError, ReplacedError, ServerError, SignedOutError } from '../../src/errors.js';
-import type { Socket } from '../../src/transport.js';
+import { adaptWebSocket, type Socket } from '../../src/transport.js';
 import type { ServerFrame } from '../../src/wire.js';
 
 /** A socket the test plays the gateway on. */
@@ -80,5 +80,23 @@ describe('Conn', () => {
     s.onmessage('{"op":"event","event":{"session_id":"s","seq":0}}');
     assert.match((await c.closed).message, /without session or seq/);
     assert.equal(s.closed, true);
+  });
+});
+
+describe('adaptWebSocket', () => {
+  it('keeps frames and a close that come before the handlers are set (ws emits the hello right after open)', async () => {
+    const ws: any = { readyState: 0, send() {}, close() {}, onopen: null, onmessage: null, onclose: null, onerror: null };
+    const opening = adaptWebSocket(ws, new AbortController().signal);
+    ws.readyState = 1;
+    ws.onopen({});
+    ws.onmessage({ data: hello }); // before the promise's continuation runs
+    ws.onmessage({ data: JSON.stringify({ op: 'pong' }) });
+    ws.onclose({ code: 4002, reason: 'signed_out' });
+    const sock = await opening;
+    const other: ServerFrame[] = [];
+    const c = await Conn.open(sock, (f) => other.push(f), 1000);
+    assert.equal(c.hello.conn_id, 'c1');
+    assert.deepEqual(other.map((f) => f.op), ['pong'], 'the frame after hello is handed over, once');
+    assert.ok((await c.closed) instanceof SignedOutError, 'the early close ends the connection after its frames');
   });
 });
