@@ -261,6 +261,14 @@ for a in "$gw_addr" "${admin[@]}"; do
   fi
 done
 export GATEWAY_JWT_HS256_SECRET=${GATEWAY_JWT_HS256_SECRET:-demo-secret-demo-secret-demo-secret}
+# Bodies are sealed before they enter Kafka (docs/erasure.md) with a KEK made
+# once for this checkout and kept in .data/demo-kek (the demo's keys in
+# PostgreSQL are wrapped with it: a new one would leave them unreadable).
+if [[ -z ${SEQFLOW_KEK:-} ]]; then
+  [[ -s .data/demo-kek ]] || (umask 077 && head -c 32 /dev/urandom | base64 >.data/demo-kek)
+  SEQFLOW_KEK=$(cat .data/demo-kek)
+fi
+export SEQFLOW_KEK
 export GATEWAY_DEV_MODE=true GATEWAY_ID=${GATEWAY_ID:-gw-demo} GATEWAY_ADDR=$gw_addr
 export SEQUENCER_ADMIN_ADDR=${admin[sequencer]} PERSISTER_ADMIN_ADDR=${admin[persister]}
 export GATEWAY_ADMIN_ADDR=${admin[producer-gw]} PUSHER_ADMIN_ADDR=${admin[pusher]}
@@ -335,7 +343,7 @@ printf '      send→ACK p50 %s ms, p99 %s ms; send→delivery p50 %s ms, p99 %s
   "$(ms "$(field deliver_p99_ms "$rep")")" "$svclogs/load.html"
 
 begin "the group in the committed log (seqflow tap)" block
-tap_group() { "$bin/seqflow" tap -from start -session "$sid" -n 3 -idle-exit 20s >"$svclogs/tap.jsonl"; }
+tap_group() { "$bin/seqflow" tap -keys -from start -session "$sid" -n 3 -idle-exit 20s >"$svclogs/tap.jsonl"; }
 run tap_group
 while IFS= read -r rec; do
   [[ -n $rec ]] || continue
@@ -348,8 +356,8 @@ while IFS= read -r rec; do
   printf '      partition %s offset %-3s seq %s %-15s %-6s %s\n' "$(field partition "$rec")" "$(field offset "$rec")" "$s" \
     "$(field type "$rec")" "$(field sender_user_id "$rec")" "${body:+\"$body\"}"
 done <"$svclogs/tap.jsonl"
-printf '      %s\n' "$(dim "(no record for the retry.) Whole records: $svclogs/tap.jsonl; again:")"
-printf '      %s\n' "$(dim "$bin/seqflow tap -from start -session $sid")"
+printf '      %s\n' "$(dim "(no record for the retry.) The bodies are sealed in Kafka; -keys opens them (docs/erasure.md). Whole records: $svclogs/tap.jsonl; again:")"
+printf '      %s\n' "$(dim "$bin/seqflow tap -keys -from start -session $sid")"
 
 # ---------------------------------------------------------------- running
 
