@@ -35,6 +35,7 @@ type Row struct {
 	ContentType    *string   `parquet:"content_type,optional,dict"`
 	Body           []byte    `parquet:"body,optional"`
 	BodyText       *string   `parquet:"body_text,optional"`
+	BodyKeyID      *int64    `parquet:"body_key_id,optional"`
 	TargetSeq      *int64    `parquet:"target_seq,optional"`
 	MembershipOp   *string   `parquet:"membership_op,optional,dict"`
 	MemberUserIDs  []string  `parquet:"member_user_ids,list,optional"`
@@ -142,8 +143,10 @@ func (row *Row) setContent(c *imv1.MessageContent) {
 	row.ContentType = ptr(c.Type)
 	row.Body = nonNil(c.Body)
 	if c.KeyId != 0 {
-		// Sealed (docs/erasure.md): the export keeps the ciphertext, which
-		// erasing the key shreds here too; no text.
+		// Sealed (docs/erasure.md): the export keeps the ciphertext and
+		// its key's ID, so erasing the key shreds the export's copy too;
+		// no text.
+		row.BodyKeyID = ptr(c.KeyId)
 		return
 	}
 	if utf8.Valid(c.Body) {

@@ -46,6 +46,11 @@ func TestRowOf(t *testing.T) {
 				r.ServerTsMs == ts && r.ServerTime.Equal(time.UnixMilli(ts)) && r.GatewayTsMs == ts-5 &&
 				r.KafkaPartition == 2 && r.KafkaOffset == 10 && r.UplinkPart == 4 && r.UplinkOffset == 99
 		}},
+		{"sealed message: the ciphertext and its key, no body_text", with(base(6), func(e *imv1.SequencedEvent) {
+			e.Payload = &imv1.SequencedEvent_Message{Message: &imv1.MessageContent{Type: "text", Body: []byte("ciphertext"), KeyId: 42}}
+		}), func(r Row) bool {
+			return r.BodyText == nil && string(r.Body) == "ciphertext" && r.BodyKeyID != nil && *r.BodyKeyID == 42
+		}},
 		{"binary message has no body_text", with(base(2), func(e *imv1.SequencedEvent) {
 			e.Payload = &imv1.SequencedEvent_Message{Message: &imv1.MessageContent{Type: "image", Body: []byte{0xff, 0xfe, 0}}}
 		}), func(r Row) bool { return r.BodyText == nil && len(r.Body) == 3 && *r.ContentType == "image" }},
