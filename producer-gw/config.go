@@ -25,6 +25,10 @@ type Config struct {
 	// (docs/erasure.md). Unset: bodies enter Kafka in plaintext and nothing
 	// can be erased from the log.
 	KEK string
+	// KEKPrevious: SEQFLOW_KEK_PREVIOUS, KEKs being rotated out
+	// (comma-separated): they still unwrap the keys wrapped with them
+	// until `seqflow keys rotate` moved those to KEK (docs/erasure.md).
+	KEKPrevious string
 	// KeyPeriod: SEQFLOW_KEY_PERIOD, how long one data key seals one
 	// sender's messages in one session, default 24h: the unit retention
 	// shreds by.
@@ -197,6 +201,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		PGURL:                  e.Required("SEQFLOW_PG_URL"),
 		RedisAddr:              e.Required("SEQFLOW_REDIS_ADDR"),
 		KEK:                    e.Optional("SEQFLOW_KEK", ""),
+		KEKPrevious:            e.Optional("SEQFLOW_KEK_PREVIOUS", ""),
 		KeyPeriod:              e.Duration("SEQFLOW_KEY_PERIOD", 24*time.Hour, time.Second, 366*24*time.Hour),
 		KeyCacheTTL:            e.Duration("SEQFLOW_KEY_CACHE_TTL", 30*time.Second, time.Second, time.Minute),
 		Topics:                 eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),

@@ -238,7 +238,11 @@ func (g *Gateway) connect(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("SEQFLOW_KEK: %w", err)
 		}
-		ks, err := keystore.Open(ctx, g.pool, kek, keystore.Options{Period: g.cfg.KeyPeriod, CacheTTL: g.cfg.KeyCacheTTL})
+		prev, err := keystore.ParsePrevious(g.cfg.KEKPrevious)
+		if err != nil {
+			return fmt.Errorf("SEQFLOW_KEK_PREVIOUS: %w", err)
+		}
+		ks, err := keystore.Open(ctx, g.pool, kek, keystore.Options{Period: g.cfg.KeyPeriod, CacheTTL: g.cfg.KeyCacheTTL, Previous: prev})
 		if err != nil {
 			return fmt.Errorf("open key store: %w", err)
 		}

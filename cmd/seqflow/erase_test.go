@@ -119,3 +119,72 @@ func TestRetentionCommand(t *testing.T) {
 		t.Fatalf("the removed policy is still listed: %q", got)
 	}
 }
+
+// TestKeysCommand: `keys status` counts keys per KEK; `keys rotate` with
+// the old KEK in SEQFLOW_KEK_PREVIOUS moves them under SEQFLOW_KEK.
+func TestKeysCommand(t *testing.T) {
+	st := stack.Require(t, "pg")
+	ctx := context.Background()
+	kek := func() (string, *keystore.LocalKEK) {
+		b := make([]byte, keystore.KeyBytes)
+		_, _ = rand.Read(b)
+		s := base64.StdEncoding.EncodeToString(b)
+		k, err := keystore.ParseKEK(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, k
+	}
+	oldText, old := kek()
+	newText, _ := kek()
+	pool, err := pgxpool.New(ctx, st.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ks, err := keystore.Open(ctx, pool, old, keystore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ks.ForWrite(ctx, "u-"+uuid.NewString()[:8], "s"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SEQFLOW_PG_URL", st.PGURL)
+	t.Setenv("SEQFLOW_KEK", newText)
+	t.Setenv("SEQFLOW_KEK_PREVIOUS", oldText)
+	for _, bad := range [][]string{nil, {"spin"}, {"status", "x"}} {
+		if err := keys(ctx, &bytes.Buffer{}, bad); err == nil {
+			t.Errorf("keys %q accepted", bad)
+		}
+	}
+	underOld := func() int64 {
+		t.Helper()
+		var out bytes.Buffer
+		if err := keys(ctx, &out, []string{"status"}); err != nil {
+			t.Fatal(err)
+		}
+		var uses []struct {
+			KEKID string `json:"kek_id"`
+			Keys  int64  `json:"keys"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &uses); err != nil {
+			t.Fatalf("status printed %q: %v", out.String(), err)
+		}
+		for _, u := range uses {
+			if u.KEKID == old.ID() {
+				return u.Keys
+			}
+		}
+		return 0
+	}
+	if n := underOld(); n != 1 {
+		t.Fatalf("keys under the old KEK before the rotation: %d, want 1", n)
+	}
+	var out bytes.Buffer
+	if err := keys(ctx, &out, []string{"rotate"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := underOld(); n != 0 {
+		t.Fatalf("keys under the old KEK after the rotation: %d (rotate printed %s)", n, out.String())
+	}
+}

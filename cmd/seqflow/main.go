@@ -30,6 +30,7 @@ var commands = map[string]command{
 	"verify":    {"audit the message store against the log; exit status 1 when they differ", runVerify},
 	"token":     {"mint a development bearer token for producer-gw", runToken},
 	"erase":     {"erase a user by destroying their data keys (crypto-shredding, docs/erasure.md)", runErase},
+	"keys":      {"show how many data keys each KEK wraps, and rotate the KEK (docs/erasure.md)", runKeys},
 	"retention": {"set, list and apply how long message bodies are kept (docs/erasure.md)", runRetention},
 	"chat":      {"interactive terminal chat in a session, through the SDK", runChat},
 	"send":      {"send messages through the SDK and print their ACKs", runSend},

@@ -81,11 +81,16 @@ func retention(ctx context.Context, out io.Writer, args []string) error {
 	}
 }
 
-// openKeyStore opens the key store of SEQFLOW_PG_URL with SEQFLOW_KEK.
+// openKeyStore opens the key store of SEQFLOW_PG_URL with SEQFLOW_KEK (and
+// SEQFLOW_KEK_PREVIOUS).
 func openKeyStore(ctx context.Context) (*keystore.Store, func(), error) {
 	kek, err := keystore.ParseKEK(os.Getenv("SEQFLOW_KEK"))
 	if err != nil {
 		return nil, nil, errors.New("SEQFLOW_KEK: " + err.Error())
+	}
+	prev, err := keystore.ParsePrevious(os.Getenv("SEQFLOW_KEK_PREVIOUS"))
+	if err != nil {
+		return nil, nil, errors.New("SEQFLOW_KEK_PREVIOUS: " + err.Error())
 	}
 	url := os.Getenv("SEQFLOW_PG_URL")
 	if url == "" {
@@ -95,7 +100,7 @@ func openKeyStore(ctx context.Context) (*keystore.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ks, err := keystore.Open(ctx, pool, kek, keystore.Options{})
+	ks, err := keystore.Open(ctx, pool, kek, keystore.Options{Previous: prev})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -109,6 +109,11 @@ type Options struct {
 	CacheSize int
 	// Now is the clock, default time.Now.
 	Now func() time.Time
+	// Previous are KEKs keys may still be wrapped with during a rotation
+	// (SEQFLOW_KEK_PREVIOUS): they unwrap the keys whose kek_id they
+	// carry; every new key is wrapped with the current one. Rewrap moves
+	// the keys over.
+	Previous []Wrapper
 }
 
 // Store is the PostgreSQL key store.
@@ -237,6 +242,7 @@ func (s *Store) ForWrite(ctx context.Context, owner, session string) (Key, error
 	var (
 		id    int64
 		stord []byte
+		kekID string
 	)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Shared with other key makers, exclusive with an erasure of the
@@ -257,9 +263,9 @@ func (s *Store) ForWrite(ctx context.Context, owner, session string) (Key, error
 			return err
 		}
 		// The row that won: ours, or a concurrent maker's.
-		return tx.QueryRow(ctx, `SELECT key_id, wrapped FROM seqflow_data_keys
+		return tx.QueryRow(ctx, `SELECT key_id, wrapped, kek_id FROM seqflow_data_keys
 			WHERE owner_user_id = $1 AND session_id = $2 AND period_start = to_timestamp($3)`,
-			owner, session, sl.period).Scan(&id, &stord)
+			owner, session, sl.period).Scan(&id, &stord, &kekID)
 	})
 	if errors.Is(err, ErrOwnerErased) {
 		return Key{}, err
@@ -267,7 +273,7 @@ func (s *Store) ForWrite(ctx context.Context, owner, session string) (Key, error
 	if err != nil {
 		return Key{}, unavailable(err)
 	}
-	k, err := s.unwrap(ctx, id, stord)
+	k, err := s.unwrap(ctx, id, kekID, stord)
 	if err != nil {
 		return Key{}, err
 	}
@@ -283,8 +289,11 @@ func (s *Store) Get(ctx context.Context, id int64) (Key, error) {
 	if err, ok := s.gone.Get(id); ok {
 		return Key{}, err
 	}
-	var wrapped []byte
-	err := s.pool.QueryRow(ctx, `SELECT wrapped FROM seqflow_data_keys WHERE key_id = $1`, id).Scan(&wrapped)
+	var (
+		wrapped []byte
+		kekID   string
+	)
+	err := s.pool.QueryRow(ctx, `SELECT wrapped, kek_id FROM seqflow_data_keys WHERE key_id = $1`, id).Scan(&wrapped, &kekID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var destroyed bool
 		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seqflow_destroyed_keys WHERE key_id = $1)`, id).Scan(&destroyed); err != nil {
@@ -300,13 +309,31 @@ func (s *Store) Get(ctx context.Context, id int64) (Key, error) {
 	if err != nil {
 		return Key{}, unavailable(err)
 	}
-	return s.unwrap(ctx, id, wrapped)
+	return s.unwrap(ctx, id, kekID, wrapped)
 }
 
-func (s *Store) unwrap(ctx context.Context, id int64, wrapped []byte) (Key, error) {
-	dek, err := s.w.Unwrap(ctx, wrapped)
+// wrapper is the KEK named kekID: the current one or a previous one.
+func (s *Store) wrapper(kekID string) Wrapper {
+	if s.w.ID() == kekID {
+		return s.w
+	}
+	for _, w := range s.opts.Previous {
+		if w.ID() == kekID {
+			return w
+		}
+	}
+	return nil
+}
+
+func (s *Store) unwrap(ctx context.Context, id int64, kekID string, wrapped []byte) (Key, error) {
+	w := s.wrapper(kekID)
+	if w == nil {
+		return Key{}, fmt.Errorf("%w: key %d is wrapped with KEK %s, which this process does not hold (SEQFLOW_KEK is %s; a KEK being rotated out belongs in SEQFLOW_KEK_PREVIOUS)",
+			ErrUnavailable, id, kekID, s.w.ID())
+	}
+	dek, err := w.Unwrap(ctx, wrapped)
 	if err != nil {
-		return Key{}, fmt.Errorf("%w: unwrap key %d (is SEQFLOW_KEK the one it was wrapped with?): %v", ErrUnavailable, id, err)
+		return Key{}, fmt.Errorf("%w: unwrap key %d with KEK %s: %v", ErrUnavailable, id, kekID, err)
 	}
 	a, err := newAEAD(dek)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -286,5 +287,60 @@ func TestRetention(t *testing.T) {
 	}
 	if n < 2 {
 		t.Errorf("ApplyRetention destroyed %d keys, want at least this test's 2", n)
+	}
+}
+
+// TestRotateKEK: a store whose current KEK is B and previous A opens keys
+// wrapped with A and makes new ones with B; Rewrap moves A's keys to B,
+// after which B alone opens them and A alone opens none.
+func TestRotateKEK(t *testing.T) {
+	ctx := context.Background()
+	p, a, b := pool(t), newKEK(t), newKEK(t)
+	u := id("u")
+	sa := open(t, p, a, Options{})
+	k1, err := sa.ForWrite(ctx, u, id("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := sa.ForWrite(ctx, u, id("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed := k1.Seal([]byte("before the rotation"), "s", u)
+
+	if _, err := open(t, p, b, Options{}).Get(ctx, k1.ID); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "SEQFLOW_KEK_PREVIOUS") {
+		t.Fatalf("B alone, a key under A: %v, want ErrUnavailable naming SEQFLOW_KEK_PREVIOUS", err)
+	}
+	sb := open(t, p, b, Options{Previous: []Wrapper{a}})
+	if got, err := sb.Get(ctx, k1.ID); err != nil {
+		t.Fatalf("B with A as previous: %v", err)
+	} else if plain, err := got.Open(sealed, "s", u); err != nil || string(plain) != "before the rotation" {
+		t.Fatalf("open under the rotating store: %q %v", plain, err)
+	}
+	k3, err := sb.ForWrite(ctx, u, id("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, _, err := sb.Rewrap(ctx)
+	if err != nil || moved != 2 {
+		t.Fatalf("rewrap moved %d (%v), want A's 2 keys", moved, err)
+	}
+	uses, err := sb.KEKs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, use := range uses {
+		if use.KEKID == a.ID() {
+			t.Errorf("%d keys still under A after the rewrap", use.Keys)
+		}
+	}
+	bOnly, aOnly := open(t, p, b, Options{}), open(t, p, a, Options{})
+	for _, k := range []Key{k1, k2, k3} {
+		if _, err := bOnly.Get(ctx, k.ID); err != nil {
+			t.Errorf("B alone after the rewrap, key %d: %v", k.ID, err)
+		}
+		if _, err := aOnly.Get(ctx, k.ID); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("A alone after the rewrap, key %d: %v, want ErrUnavailable", k.ID, err)
+		}
 	}
 }
