@@ -7,7 +7,8 @@
 // `node --test` with the gateway's URL and a control URL through which the
 // Node tests mint tokens, kill -9 and restart the gateway, and read the
 // message store. Node's result decides: a failed, cancelled or skipped
-// Node test fails this test.
+// Node test fails this test. Then headless Chromium loads the compiled
+// browser entry against the same gateway (browser_test.go).
 package clientts
 
 import (
@@ -58,6 +59,13 @@ func TestTypeScriptSDK(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
+	t.Run("node", func(t *testing.T) { runNode(t, gw, ln.Addr().String(), began) })
+	t.Run("browser", func(t *testing.T) { runBrowser(t, gw, signer) })
+}
+
+// runNode runs the compiled Node tests (unit and integration) with the
+// gateway's URL and the control URL.
+func runNode(t *testing.T, gw *clienttest.Gateway, controlAddr string, began time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
 	defer cancel()
 	files, err := filepath.Glob(filepath.Join(".build", "test", "*", "*.test.js"))
@@ -67,7 +75,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "node", append([]string{"--test", "--test-reporter=tap"}, files...)...)
 	cmd.Env = append(os.Environ(),
 		"SEQFLOW_TS_GATEWAY="+gw.URL,
-		"SEQFLOW_TS_CONTROL=http://"+ln.Addr().String(),
+		"SEQFLOW_TS_CONTROL=http://"+controlAddr,
 		"SEQFLOW_REQUIRE_STACK=1", // the Node tests fail rather than skip without these
 	)
 	var out bytes.Buffer
@@ -113,7 +121,11 @@ func npmBuild() error {
 			return err
 		}
 	}
-	return run(filepath.Join("node_modules", ".bin", "tsc"), "-p", "tsconfig.json")
+	tsc := filepath.Join("node_modules", ".bin", "tsc")
+	if err := run(tsc, "-p", "tsconfig.json"); err != nil { // src and test, for node --test
+		return err
+	}
+	return run(tsc, "-p", "tsconfig.build.json") // dist/, which the browser test loads
 }
 
 // sameLock reports whether node_modules holds the packages of the lock
