@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -103,6 +104,22 @@ func TestErasure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Alice's key as the key store holds it (wrapped) and in the clear:
+	// after the erasure neither may be found anywhere.
+	var wrapped []byte
+	if err := p.pool.QueryRow(ctx, `SELECT wrapped FROM seqflow_data_keys WHERE owner_user_id = $1`, alice).Scan(&wrapped); err != nil {
+		t.Fatal(err)
+	}
+	dek, err := mustKEK(t, kek).Unwrap(ctx, wrapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(scanFor(ctx, t, p, dek)); n > 0 {
+		t.Errorf("alice's data key in the clear found %d times before the erasure", n)
+	}
+	if where := scanFor(ctx, t, p, wrapped); len(where) != 1 || !strings.Contains(where[0], "seqflow_data_keys") {
+		t.Errorf("the scan finds alice's wrapped key in %v, want the key table alone", where)
+	}
 	e, err := ks.EraseUser(ctx, alice, "test")
 	if err != nil || e.KeysDestroyed != 1 {
 		t.Fatalf("erase alice: %+v %v, want 1 key destroyed", e, err)
@@ -133,6 +150,11 @@ func TestErasure(t *testing.T) {
 	}
 	if n := len(scanForPlaintext(ctx, t, p, mark)); n > 0 {
 		t.Errorf("%d plaintext bodies after the erasure", n)
+	}
+	for what, k := range map[string][]byte{"wrapped": wrapped, "in the clear": dek} {
+		if where := scanFor(ctx, t, p, k); len(where) > 0 {
+			t.Errorf("alice's data key (%s) found after the erasure: %v", what, where)
+		}
 	}
 
 	// The whole erasure (the keys are gone already): alice, the group's
@@ -282,6 +304,17 @@ func previewOf(t *testing.T, c *client, sid string) string {
 // schema and the key store; it returns where.
 func scanForPlaintext(ctx context.Context, t *testing.T, p *pipeline, mark string) []string {
 	t.Helper()
+	return scanFor(ctx, t, p, []byte(mark))
+}
+
+// scanFor is scanForPlaintext for any bytes: in the tables, bytes that
+// are not text are looked for in hex only.
+func scanFor(ctx context.Context, t *testing.T, p *pipeline, needle []byte) []string {
+	t.Helper()
+	mark := string(needle)
+	if !utf8.Valid(needle) || bytes.IndexByte(needle, 0) >= 0 {
+		mark = hex.EncodeToString(needle) // never text in a row
+	}
 	var leaks []string
 	for _, topic := range []string{p.topics.Uplink, p.topics.Sequenced, p.topics.Duplicates, p.topics.Receipts, p.topics.Offline, p.topics.DeadLetter} {
 		readAll(ctx, t, p, topic, func(r *kgo.Record) {
@@ -303,7 +336,7 @@ func scanForPlaintext(ctx context.Context, t *testing.T, p *pipeline, mark strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	hexMark := hex.EncodeToString([]byte(mark))
+	hexMark := hex.EncodeToString(needle)
 	for _, tb := range tables {
 		var n int
 		q := fmt.Sprintf(`SELECT count(*) FROM public.%s x WHERE strpos(x::text, $1) > 0 OR strpos(x::text, $2) > 0`, pgx.Identifier{tb}.Sanitize())
