@@ -17,7 +17,7 @@ import (
 
 // runToken mints a development bearer token for producer-gw:
 //
-//	seqflow token --user u1 --device d1 [--ttl 24h]
+//	seqflow token --user u1 --device d1 [--platform ios] [--ttl 24h]
 //
 // It signs with GATEWAY_JWT_HS256_SECRET, or with the Ed25519 key in
 // GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY (flags override both). --new-key
@@ -31,6 +31,7 @@ func token(out io.Writer, args []string) error {
 	user := fs.String("user", "", "user ID, the token's sub (required)")
 	device := fs.String("device", "", "device ID, the token's device_id (required)")
 	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime")
+	platform := fs.String("platform", "", "the device's platform claim (ios, android, web, desktop, ...): the login policy one_per_platform and the device list use it; default none")
 	secret := fs.String("secret", os.Getenv("GATEWAY_JWT_HS256_SECRET"), "HS256 secret (default GATEWAY_JWT_HS256_SECRET)")
 	edKey := fs.String("ed25519-private-key", os.Getenv("GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY"), "Ed25519 private key, PEM or base64 (default GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY)")
 	newKey := fs.Bool("new-key", false, "print a new Ed25519 key pair and exit")
@@ -65,7 +66,7 @@ func token(out io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	tok, err := s.Mint(*user, *device, *ttl)
+	tok, err := s.MintPlatform(*user, *device, *platform, *ttl)
 	if err != nil {
 		return err
 	}

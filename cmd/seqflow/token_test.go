@@ -26,16 +26,19 @@ func TestTokenCommand(t *testing.T) {
 	hsV, _ := auth.NewHS256Verifier([]byte(secret))
 	edV, _ := auth.NewEd25519Verifier(pub)
 	cases := []struct {
-		name    string
-		args    []string
-		v       *auth.Verifier
-		wantErr bool
+		name     string
+		args     []string
+		v        *auth.Verifier
+		wantErr  bool
+		platform string
 	}{
-		{"hs256", []string{"--user", "u1", "--device", "d1", "--secret", secret}, hsV, false},
-		{"ed25519", []string{"--user", "u1", "--device", "d1", "--secret", "", "--ed25519-private-key", env["GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY"]}, edV, false},
-		{"missing device", []string{"--user", "u1", "--secret", secret}, nil, true},
-		{"no key", []string{"--user", "u1", "--device", "d1", "--secret", "", "--ed25519-private-key", ""}, nil, true},
-		{"short secret", []string{"--user", "u1", "--device", "d1", "--secret", "short"}, nil, true},
+		{"hs256", []string{"--user", "u1", "--device", "d1", "--secret", secret}, hsV, false, ""},
+		{"platform", []string{"--user", "u1", "--device", "d1", "--secret", secret, "--platform", "ios"}, hsV, false, "ios"},
+		{"bad platform", []string{"--user", "u1", "--device", "d1", "--secret", secret, "--platform", "i o s"}, nil, true, ""},
+		{"ed25519", []string{"--user", "u1", "--device", "d1", "--secret", "", "--ed25519-private-key", env["GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY"]}, edV, false, ""},
+		{"missing device", []string{"--user", "u1", "--secret", secret}, nil, true, ""},
+		{"no key", []string{"--user", "u1", "--device", "d1", "--secret", "", "--ed25519-private-key", ""}, nil, true, ""},
+		{"short secret", []string{"--user", "u1", "--device", "d1", "--secret", "short"}, nil, true, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -51,7 +54,7 @@ func TestTokenCommand(t *testing.T) {
 				t.Fatal(err)
 			}
 			p, err := c.v.Verify(strings.TrimSpace(out.String()))
-			if err != nil || p.UserID != "u1" || p.DeviceID != "d1" {
+			if err != nil || p.UserID != "u1" || p.DeviceID != "d1" || p.Platform != c.platform {
 				t.Fatalf("minted token: %+v, %v", p, err)
 			}
 		})
