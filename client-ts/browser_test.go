@@ -34,7 +34,8 @@ func runBrowser(t *testing.T, gw *clienttest.Gateway, signer *auth.Signer) {
 	site := httptest.NewServer(mux)
 	t.Cleanup(site.Close)
 
-	tok, err := signer.Mint(clienttest.User("web"), "browser", time.Hour)
+	user := clienttest.User("web")
+	tok, err := signer.Mint(user, "browser", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,65 +51,115 @@ func runBrowser(t *testing.T, gw *clienttest.Gateway, signer *auth.Signer) {
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(bctx, 45*time.Second)
-	defer cancel()
+	// Start the browser on bctx itself: started under a phase's timeout,
+	// it would end with that phase.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
 
-	if err := chromedp.Do(ctx, chromedp.Navigate(site.URL+"/?token="+url.QueryEscape(tok))); err != nil {
-		t.Fatalf("open the page: %v", err)
+	// page loads the page for one phase and returns what it left in
+	// window.result.
+	page := func(phase string, params url.Values) pageResult {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 40*time.Second)
+		defer cancel()
+		params.Set("phase", phase)
+		params.Set("token", tok)
+		params.Set("user", user)
+		if err := chromedp.Do(ctx, chromedp.Navigate(site.URL+"/?"+params.Encode())); err != nil {
+			t.Fatalf("%s: open the page: %v", phase, err)
+		}
+		_, waitErr := chromedp.Run(ctx, chromedp.Poll[bool](`!!(window.result && window.result.done)`, chromedp.WithPollingTimeout(35*time.Second)))
+		raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(window.result || null)`))
+		if waitErr != nil || err != nil {
+			t.Fatalf("%s: the page did not finish: %v %v (result so far: %s)", phase, waitErr, err, raw)
+		}
+		var res pageResult
+		if err := json.Unmarshal([]byte(raw), &res); err != nil {
+			t.Fatalf("%s: page result %q: %v", phase, raw, err)
+		}
+		if res.Error != "" {
+			t.Fatalf("%s: page: %s", phase, res.Error)
+		}
+		res.raw = raw
+		return res
 	}
-	_, waitErr := chromedp.Run(ctx, chromedp.Poll[bool](`!!(window.result && window.result.done)`, chromedp.WithPollingTimeout(40*time.Second)))
-	raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(window.result || null)`))
-	if waitErr != nil || err != nil {
-		t.Fatalf("the page did not finish: %v %v (result so far: %s)", waitErr, err, raw)
+
+	// A group, five sends: each message once, in seq order, at its ACK's seq.
+	chat := page("chat", url.Values{})
+	if len(chat.Acks) != 5 {
+		t.Fatalf("%d ACKs, want 5: %s", len(chat.Acks), chat.raw)
 	}
-	var res struct {
-		Error   string `json:"error"`
-		Refused string `json:"refused"`
-		Session string `json:"session"`
-		Acks    []struct {
-			ClientMsgID string `json:"clientMsgId"`
-			Seq         int64  `json:"seq"`
-		} `json:"acks"`
-		Events []struct {
-			SessionID   string `json:"session_id"`
-			Seq         int64  `json:"seq"`
-			Kind        string `json:"kind"`
-			ClientMsgID string `json:"client_msg_id"`
-			Body        any    `json:"body"`
-		} `json:"events"`
+	chat.checkMessages(t, chat.Acks, "b%d")
+	if chat.Refused != "HandshakeError 401" {
+		t.Fatalf("a refused token in the browser: %q, want HandshakeError 401", chat.Refused)
 	}
-	if err := json.Unmarshal([]byte(raw), &res); err != nil {
-		t.Fatalf("page result %q: %v", raw, err)
+
+	// Three sends posted with no gateway reachable, then the page is left;
+	// the next page finds them in IndexedDB and resends them.
+	off := page("offline", url.Values{"session": {chat.Session}, "dead": {"ws://" + clienttest.FreeAddr(t) + "/v1/ws"}})
+	rec := page("recover", url.Values{})
+	var ids []string
+	for _, a := range off.Acks {
+		ids = append(ids, a.ClientMsgID)
 	}
-	if res.Error != "" {
-		t.Fatalf("page: %s", res.Error)
+	if len(ids) != 3 || fmt.Sprint(rec.Recovered) != fmt.Sprint(ids) {
+		t.Fatalf("the reloaded page recovered %v, want the 3 offline posts %v", rec.Recovered, ids)
 	}
-	if len(res.Acks) != 5 {
-		t.Fatalf("%d ACKs, want 5: %s", len(res.Acks), raw)
+	if rec.Left == nil || *rec.Left != 0 {
+		t.Fatalf("the outbox keeps %v commands after their ACKs, want 0", rec.Left)
 	}
-	var msgs []string
+	rec.Session = chat.Session
+	rec.checkMessages(t, append(chat.Acks, rec.Acks...), "")
+}
+
+type pageAck struct {
+	ClientMsgID string `json:"clientMsgId"`
+	Seq         int64  `json:"seq"`
+}
+
+type pageResult struct {
+	Error     string    `json:"error"`
+	Refused   string    `json:"refused"`
+	Session   string    `json:"session"`
+	Acks      []pageAck `json:"acks"`
+	Recovered []string  `json:"recovered"`
+	Left      *int      `json:"left"`
+	Events    []struct {
+		SessionID   string `json:"session_id"`
+		Seq         int64  `json:"seq"`
+		Kind        string `json:"kind"`
+		ClientMsgID string `json:"client_msg_id"`
+		Body        any    `json:"body"`
+	} `json:"events"`
+	raw string
+}
+
+// checkMessages: the session's events come in strictly increasing seq,
+// and its chat messages are acks, once each, in order, each at its ACK's
+// seq (and with body fmt.Sprintf(body, i) when body is set).
+func (r pageResult) checkMessages(t *testing.T, acks []pageAck, body string) {
+	t.Helper()
 	var last int64
-	for _, e := range res.Events {
-		if e.SessionID != res.Session {
+	i := 0
+	for _, e := range r.Events {
+		if e.SessionID != r.Session {
 			continue
 		}
 		if e.Seq <= last {
-			t.Fatalf("seq %d after %d in the browser: %s", e.Seq, last, raw)
+			t.Fatalf("seq %d after %d in the browser: %s", e.Seq, last, r.raw)
 		}
 		last = e.Seq
-		if e.Kind == "message" {
-			i := len(msgs)
-			if i >= len(res.Acks) || e.ClientMsgID != res.Acks[i].ClientMsgID || e.Seq != res.Acks[i].Seq || e.Body != fmt.Sprintf("b%d", i) {
-				t.Fatalf("message %d in the browser: %+v, ACKs %+v", i, e, res.Acks)
-			}
-			msgs = append(msgs, e.ClientMsgID)
+		if e.Kind != "message" {
+			continue
 		}
+		if i >= len(acks) || e.ClientMsgID != acks[i].ClientMsgID || e.Seq != acks[i].Seq || (body != "" && e.Body != fmt.Sprintf(body, i)) {
+			t.Fatalf("message %d in the browser: %+v, ACKs %+v", i, e, acks)
+		}
+		i++
 	}
-	if len(msgs) != 5 {
-		t.Fatalf("the browser got %d of 5 messages: %s", len(msgs), raw)
-	}
-	if res.Refused != "HandshakeError 401" {
-		t.Fatalf("a refused token in the browser: %q, want HandshakeError 401", res.Refused)
+	if i != len(acks) {
+		t.Fatalf("the browser got %d of %d messages: %s", i, len(acks), r.raw)
 	}
 }
 

@@ -20,6 +20,7 @@ export {
 } from './errors.js';
 export type { ErrorBody, ErrorName } from './errors.js';
 export { MemoryOutbox } from './outbox.js';
+export { IndexedDBOutbox } from './indexeddb-outbox.js';
 export type { Outbox } from './outbox.js';
 export { adaptWebSocket, browserDialer } from './transport.js';
 export type { Dialer, Socket, WebSocketLike } from './transport.js';
