@@ -373,4 +373,19 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     assert.ok(b.c.stats.gaps > 0, `no gap was detected: ${JSON.stringify(b.c.stats)}`);
     assert.ok(b.c.stats.synced > 0, 'nothing was synced');
   });
+
+  it('retryable errors: a window above the gateway\'s 64 in flight gets too_many_in_flight, retried with the same IDs, each sequenced once', quick, async (t) => {
+    if (!requireStack(t)) return;
+    const alice = user('alice');
+    const a = await start(t, alice, 'phone', { inFlight: 300 });
+    const g = await a.c.createGroup('burst');
+    const pend = await Promise.all(Array.from({ length: 200 }, (_, i) => a.c.postMessage(g.sessionId, text(`burst ${i}`))));
+    const acks = await Promise.all(pend.map((p) => p.wait()));
+    assert.ok(a.c.stats.retryableErrors > 0, `the gateway refused nothing: ${JSON.stringify(a.c.stats)}`);
+    assert.equal(new Set(acks.map((k) => k.seq)).size, 200, 'each message its own seq');
+    const want = new Map(acks.map((k) => [k.clientMsgId, k.seq]));
+    await a.rec.waitFor(20_000, 'the 200 messages at alice', () => a.rec.messages(g.sessionId).length >= 200);
+    await sleep(200);
+    checkOnceInOrder(a.rec.events, g.sessionId, want);
+  });
 });
