@@ -128,7 +128,8 @@ func (u *unreadCounts) seed(states []store.SessionState) {
 
 // event applies one event written to the connection and says whether its
 // frame carries the counts (a chat message or a recall of a counted
-// session), with the session's count and the total after it.
+// session, or the user's leave of one: then 0), with the session's count
+// and the total after it.
 func (u *unreadCounts) event(session string, n unreadNote) (attach bool, unread, total int64) {
 	if u.seeding {
 		u.pending = append(u.pending, pendingNote{session, n})
@@ -176,11 +177,14 @@ func (u *unreadCounts) event(session string, n unreadNote) (attach bool, unread,
 			}
 		}
 	case noteLeave:
-		if slices.Contains(n.users, u.user) {
-			u.total -= s.unread()
-			delete(u.sessions, session)
+		if !slices.Contains(n.users, u.user) {
+			return false, 0, 0
 		}
-		return false, 0, 0
+		// The leave carries the total without the session: an unread
+		// frame would claim a read cursor that did not move.
+		u.total -= s.unread()
+		delete(u.sessions, session)
+		return true, 0, u.total
 	default:
 		return false, 0, 0
 	}

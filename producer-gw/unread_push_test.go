@@ -128,3 +128,50 @@ func TestUnreadOnPush(t *testing.T) {
 	m6 := send(a, sid, "six")
 	pushed(m6, 1, 2)
 }
+
+// TestUnreadOnLeave: when the user leaves a session, removed by another
+// member or by their own leave, the membership event pushed to their
+// connection carries the session's count, 0, and the total without it,
+// so an app's total drops with the session; the counts of the user's
+// other sessions go on from there.
+func TestUnreadOnLeave(t *testing.T) {
+	p := newPipeline(t)
+	gw := p.gateway(nil)
+	alice, bob := user("alice"), user("bob")
+	a := p.connect(gw, alice, "phone")
+	g1, _ := createGroup(a, bob)
+	g2, _ := createGroup(a, bob)
+	send := func(cl *client, v map[string]any) int64 {
+		t.Helper()
+		id := newID()
+		v["client_msg_id"] = id
+		cl.send(v)
+		return cl.mustAckOK(id).Seq
+	}
+	msg := func(session string) int64 {
+		t.Helper()
+		return send(a, sendFrame(session, "", "x"))
+	}
+	msg(g1)
+	p.waitStored(g1, msg(g1))
+	p.waitStored(g2, msg(g2))
+
+	b := p.connect(gw, bob, "phone")
+	b.send(map[string]any{"op": "changes", "req_id": "seed"})
+	if r := b.result("seed"); r.TotalUnread != 3 {
+		t.Fatalf("changes: %s, want 3 unread", r.raw)
+	}
+	counts := func(session string, seq, unread, total int64) {
+		t.Helper()
+		f := b.eventOf(session, seq)
+		if f.Unread == nil || *f.Unread != unread || f.TotalUnread != total {
+			t.Fatalf("event %s/%d: %s, want unread %d of %d", session, seq, f.raw, unread, total)
+		}
+	}
+	// alice removes bob from g1: its 2 leave the total.
+	rm := send(a, map[string]any{"op": "members", "action": "remove", "session_id": g1, "user_ids": []string{bob}})
+	counts(g1, rm, 0, 1)
+	counts(g2, msg(g2), 2, 2)
+	// bob leaves g2 himself.
+	counts(g2, send(b, map[string]any{"op": "members", "action": "leave", "session_id": g2}), 0, 0)
+}

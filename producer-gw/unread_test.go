@@ -42,6 +42,13 @@ func uMember(s string, seq int64, from string, op imv1.MembershipChange_Op, user
 	return e
 }
 
+// uErasureLeave is the leave an erasure writes for user (internal/erasure).
+func uErasureLeave(s string, seq int64, user string) *imv1.SequencedEvent {
+	e := uMember(s, seq, user, imv1.MembershipChange_OP_REMOVE, user)
+	e.GetMembership().Erasure = &imv1.Erasure{Actor: "dpo", ErasedAtMs: 1}
+	return e
+}
+
 func uCreate(s string, seq int64, from string, members ...string) *imv1.SequencedEvent {
 	e := uMsg(s, seq, from)
 	e.Payload = &imv1.SequencedEvent_SessionCreate{SessionCreate: &imv1.SessionCreate{Kind: imv1.SessionKind_SESSION_KIND_GROUP, MemberUserIds: members}}
@@ -155,13 +162,24 @@ func TestUnreadCounts(t *testing.T) {
 			want: map[string]int64{"s1": 1, "s2": 3, "s3": 1}, wantTot: 5, sessions: []string{"s1", "s2", "s3"},
 		},
 		{
+			// The leave's frame carries the session's 0 and the total
+			// without it, so an app's total drops with it.
 			name: "leaving a session takes its count out of the total",
 			steps: []unreadStep{
 				{session: "s2", ev: uMsg("s2", 11, "bob"), attach: true, wantUnread: 4, wantTot: 5},
-				{session: "s2", ev: uMember("s2", 12, "bob", opRemove, me)},
+				{session: "s2", ev: uMember("s2", 12, "bob", opRemove, "carol", me), attach: true, wantUnread: 0, wantTot: 1},
 				{session: "s1", ev: uMsg("s1", 6, "bob"), attach: true, wantUnread: 2, wantTot: 2},
 			},
 			want: map[string]int64{"s1": 2}, wantTot: 2, sessions: []string{"s1"},
+		},
+		{
+			name: "the erasure leave takes the count out of the total",
+			steps: []unreadStep{
+				{session: "s1", ev: uErasureLeave("s1", 6, me), attach: true, wantUnread: 0, wantTot: 3},
+				// Another member's leave moves nothing.
+				{session: "s2", ev: uErasureLeave("s2", 11, "bob")},
+			},
+			want: map[string]int64{"s2": 3}, wantTot: 3, sessions: []string{"s2"},
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
