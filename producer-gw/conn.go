@@ -287,12 +287,12 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		res, states, aerr := a.history.changesStates(ctx, c.p, f)
 		cancel()
-		c.seedUnread(states, aerr == nil)
 		if aerr != nil {
+			c.stopUnread()
 			c.sendError(f.ReqID, "", aerr)
 			return
 		}
-		c.enqueueJSON(res)
+		c.answerChanges(res, states)
 		return
 	case f.Op == wire.OpRead:
 		res, aerr := a.query(context.Background(), c.p, f)
@@ -448,16 +448,25 @@ func (c *conn) beginUnread() {
 	c.unread.begin()
 }
 
-// seedUnread takes the store's counts (the changes the client was
-// answered); a failed changes passes nil and keeps counting nothing.
-func (c *conn) seedUnread(states []store.SessionState, ok bool) {
+// stopUnread ends the counts after a failed changes: the connection
+// counts nothing until its next one.
+func (c *conn) stopUnread() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !ok {
-		c.unread = nil
-		return
-	}
+	c.unread = nil
+}
+
+// answerChanges seeds the counts with the store's states res was made
+// from, replays what the connection saw meanwhile, and queues res with
+// the counts that result, all under c.mu: no event frame with counts can
+// be queued between the seed and res, so a client applying frames in
+// order ends with the connection's counts.
+func (c *conn) answerChanges(res wire.ChangesResult, states []store.SessionState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.unread.seed(states)
+	c.unread.answer(&res, c.lastSeq)
+	c.enqueueJSON(res)
 }
 
 // ownRead moves a session's counts to the user's read cursor seq (a read

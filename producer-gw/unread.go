@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -124,6 +125,36 @@ func (u *unreadCounts) seed(states []store.SessionState) {
 		u.event(p.session, p.note)
 	}
 	u.pending = nil
+}
+
+// answer writes the counts into the changes result the seed was taken
+// from, so that a client applying it ends with the connection's counts:
+// each listed session's count (0 for one the user left since the store
+// answered) and the total, plus each session the store did not list yet
+// that has unread messages (joined while the changes was answered), with
+// the highest seq written to the connection as its max_seq. Call it right
+// after seed, and queue res before anything else that carries counts.
+func (u *unreadCounts) answer(res *wire.ChangesResult, lastSeq map[string]int64) {
+	listed := make(map[string]bool, len(res.Sessions))
+	for i := range res.Sessions {
+		sc := &res.Sessions[i]
+		listed[sc.SessionID] = true
+		sc.Unread = 0
+		if s := u.sessions[sc.SessionID]; s != nil {
+			sc.Unread = s.unread()
+		}
+	}
+	var more []string
+	for id, s := range u.sessions {
+		if !listed[id] && s.unread() > 0 {
+			more = append(more, id)
+		}
+	}
+	slices.Sort(more)
+	for _, id := range more {
+		res.Sessions = append(res.Sessions, wire.SessionChange{SessionID: id, MaxSeq: lastSeq[id], Unread: u.sessions[id].unread()})
+	}
+	res.TotalUnread = u.total
 }
 
 // event applies one event written to the connection and says whether its

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -265,5 +267,46 @@ func TestUnreadRecounted(t *testing.T) {
 	ok, unread, total := u.recounted("s1", 6, 3, 10)
 	if !ok || unread != 2 || total != 2 {
 		t.Fatalf("recounted = (%v, %d, %d), want (true, 2, 2)", ok, unread, total)
+	}
+}
+
+// TestUnreadAnswer: the changes result carries the connection's counts
+// after the seed, not the store's: a message the store did not hold yet
+// counts, a session left meanwhile has 0, a session joined meanwhile with
+// an unread message is listed, and total_unread is the sum.
+func TestUnreadAnswer(t *testing.T) {
+	states := []store.SessionState{
+		{SessionID: "s1", MaxSeq: 5, ReadSeq: 3, JoinedSeq: 1, Unread: 2},
+		{SessionID: "s2", MaxSeq: 10, ReadSeq: 7, JoinedSeq: 1, Unread: 3},
+		{SessionID: "s3", MaxSeq: 4, ReadSeq: 4, JoinedSeq: 1, Unread: 0},
+	}
+	res := wire.ChangesResult{Op: wire.OpResult, ReqID: "c1", TotalUnread: 5}
+	for _, st := range states {
+		res.Sessions = append(res.Sessions, wire.SessionChange{SessionID: st.SessionID, MaxSeq: st.MaxSeq, ReadSeq: st.ReadSeq, Unread: st.Unread})
+	}
+	u := newUnreadCounts("alice")
+	u.begin()
+	for _, w := range []struct {
+		session string
+		ev      *imv1.SequencedEvent
+	}{
+		{"s1", uMsg("s1", 6, "bob")},
+		{"s2", uMember("s2", 11, "bob", imv1.MembershipChange_OP_REMOVE, "alice")},
+		{"s9", uCreate("s9", 1, "bob", "alice")},
+		{"s9", uMsg("s9", 2, "bob")},
+		{"s8", uCreate("s8", 1, "bob", "alice")}, // nothing unread: not listed
+	} {
+		u.event(w.session, noteOf(w.ev))
+	}
+	u.seed(states)
+	u.answer(&res, map[string]int64{"s1": 6, "s2": 11, "s8": 1, "s9": 2})
+	want := []wire.SessionChange{
+		{SessionID: "s1", MaxSeq: 5, ReadSeq: 3, Unread: 3},
+		{SessionID: "s2", MaxSeq: 10, ReadSeq: 7, Unread: 0},
+		{SessionID: "s3", MaxSeq: 4, ReadSeq: 4, Unread: 0},
+		{SessionID: "s9", MaxSeq: 2, Unread: 1},
+	}
+	if !slices.Equal(res.Sessions, want) || res.TotalUnread != 4 || u.total != 4 {
+		t.Fatalf("answer: %+v total %d (counts' total %d), want %+v total 4", res.Sessions, res.TotalUnread, u.total, want)
 	}
 }
