@@ -460,13 +460,21 @@ func (c *conn) stopUnread() {
 // from, replays what the connection saw meanwhile, and queues res with
 // the counts that result, all under c.mu: no event frame with counts can
 // be queued between the seed and res, so a client applying frames in
-// order ends with the connection's counts.
+// order ends with the connection's counts. The reads replayed follow res,
+// each with the counts as they now stand (or a recount).
 func (c *conn) answerChanges(res wire.ChangesResult, states []store.SessionState) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.unread.seed(states)
+	reads := c.unread.seed(states)
 	c.unread.answer(&res, c.lastSeq)
 	c.enqueueJSON(res)
+	for _, r := range reads {
+		if r.recount {
+			c.api.recounter.post(c, r.session, r.seq)
+			continue
+		}
+		c.enqueueUnread(r.session, r.seq, c.unread.sessions[r.session].unread(), c.unread.total)
+	}
 }
 
 // ownRead moves a session's counts to the user's read cursor seq (a read

@@ -72,15 +72,28 @@ type unreadCounts struct {
 	user     string
 	sessions map[string]*unreadSession
 	total    int64
-	// seeding: a changes is being answered; the events written meanwhile
-	// wait in pending, and seed replays those the store did not hold.
+	// seeding: a changes is being answered; the events written and the
+	// reads learned meanwhile wait in pending, in the order they came, and
+	// seed replays them onto the store's counts.
 	seeding bool
 	pending []pendingNote
 }
 
+// pendingNote is an event written (note) or, when read > 0, a read of the
+// user's to read, while seeding.
 type pendingNote struct {
 	session string
 	note    unreadNote
+	read    int64
+}
+
+// seededRead is a read learned while seeding, as the seed left it: the
+// session's cursor is seq, and recount says the store must count again
+// after it (read).
+type seededRead struct {
+	session string
+	seq     int64
+	recount bool
 }
 
 type unreadSession struct {
@@ -111,9 +124,12 @@ func (u *unreadCounts) begin() {
 	u.seeding, u.pending = true, u.pending[:0]
 }
 
-// seed takes the store's counts, then replays the events written since
-// begin that the store did not hold.
-func (u *unreadCounts) seed(states []store.SessionState) {
+// seed takes the store's counts, then replays the events written and the
+// reads learned since begin (each is a no-op when the store held it). It
+// returns, per session whose cursor a replayed read moved, where the
+// cursor stands: its owner tells the client after the changes result, or
+// asks the store to recount.
+func (u *unreadCounts) seed(states []store.SessionState) []seededRead {
 	u.sessions = make(map[string]*unreadSession, len(states))
 	u.total = 0
 	for _, st := range states {
@@ -121,10 +137,30 @@ func (u *unreadCounts) seed(states []store.SessionState) {
 		u.total += st.Unread
 	}
 	u.seeding = false
+	var reads []seededRead
 	for _, p := range u.pending {
-		u.event(p.session, p.note)
+		if p.read == 0 {
+			u.event(p.session, p.note)
+			continue
+		}
+		changed, recount, _, _ := u.read(p.session, p.read)
+		if !changed {
+			continue
+		}
+		r := seededRead{p.session, p.read, recount}
+		if i := slices.IndexFunc(reads, func(r seededRead) bool { return r.session == p.session }); i >= 0 {
+			reads[i] = r // a later read is past the earlier one
+		} else {
+			reads = append(reads, r)
+		}
 	}
 	u.pending = nil
+	// A session left (or left and joined again) after the read: its
+	// counts no longer follow that cursor.
+	return slices.DeleteFunc(reads, func(r seededRead) bool {
+		s := u.sessions[r.session]
+		return s == nil || s.cursor != r.seq
+	})
 }
 
 // answer writes the counts into the changes result the seed was taken
@@ -163,7 +199,7 @@ func (u *unreadCounts) answer(res *wire.ChangesResult, lastSeq map[string]int64)
 // and the total after it.
 func (u *unreadCounts) event(session string, n unreadNote) (attach bool, unread, total int64) {
 	if u.seeding {
-		u.pending = append(u.pending, pendingNote{session, n})
+		u.pending = append(u.pending, pendingNote{session: session, note: n})
 		return false, 0, 0
 	}
 	s := u.sessions[session]
@@ -225,10 +261,18 @@ func (u *unreadCounts) event(session string, n unreadNote) (attach bool, unread,
 // read moves the session's cursor to seq (a read on any of the user's
 // devices). It returns whether the counts changed and, when the seed's
 // range is left partly unread, recount: the store must count again after
-// seq (then unread and total are not final).
+// seq (then unread and total are not final). While seeding it only keeps
+// the read for seed.
 func (u *unreadCounts) read(session string, seq int64) (changed, recount bool, unread, total int64) {
+	if seq <= 0 {
+		return false, false, 0, 0
+	}
+	if u.seeding {
+		u.pending = append(u.pending, pendingNote{session: session, read: seq})
+		return false, false, 0, 0
+	}
 	s := u.sessions[session]
-	if u.seeding || s == nil || seq <= s.cursor {
+	if s == nil || seq <= s.cursor {
 		return false, false, 0, 0
 	}
 	before := s.unread()

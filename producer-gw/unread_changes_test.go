@@ -143,7 +143,8 @@ func pushFrame(t *testing.T, c *conn, ev *imv1.SequencedEvent) {
 
 // TestUnreadChangesWhileSeeding: what the connection writes and learns
 // while its changes is being answered — messages the store did not hold
-// yet, a session joined, a session left — is in the counts the changes result carries, or in a
+// yet, a read of the user's on another device, a session joined, a
+// session left — is in the counts the changes result carries, or in a
 // frame after it, so an app applying the frames in order ends with the
 // gateway's counts, and those are the right ones.
 func TestUnreadChangesWhileSeeding(t *testing.T) {
@@ -169,6 +170,21 @@ func TestUnreadChangesWhileSeeding(t *testing.T) {
 			},
 			want:    map[string]int64{"s1": 4, "s2": 3, "s4": 2},
 			wantTot: 9,
+		},
+		{
+			name:    "a read on another device",
+			during:  func(t *testing.T, c *conn) { c.ownRead("s2", 10) },
+			want:    map[string]int64{"s1": 2, "s4": 2},
+			wantTot: 4,
+		},
+		{
+			name: "a read, then a message",
+			during: func(t *testing.T, c *conn) {
+				c.ownRead("s2", 10)
+				pushFrame(t, c, uMsg("s2", 11, "carol"))
+			},
+			want:    map[string]int64{"s1": 2, "s2": 1, "s4": 2},
+			wantTot: 5,
 		},
 		{
 			name: "a session joined, with a message",

@@ -270,6 +270,69 @@ func TestUnreadRecounted(t *testing.T) {
 	}
 }
 
+// TestUnreadReadsWhileSeeding: a read learned while a changes is being
+// answered is kept and applied after the seed, in order with the events
+// written meanwhile, unless the store's answer already held it; seed
+// reports where each moved cursor stands (or that the store must
+// recount), for the unread frame that follows the changes result.
+func TestUnreadReadsWhileSeeding(t *testing.T) {
+	// The store: s1 read up to 3 of 5 (2 unread), s2 read up to 8 of 10.
+	seed := []store.SessionState{
+		{SessionID: "s1", MaxSeq: 5, ReadSeq: 3, JoinedSeq: 1, Unread: 2},
+		{SessionID: "s2", MaxSeq: 10, ReadSeq: 8, JoinedSeq: 1, Unread: 2},
+	}
+	type step struct {
+		ev   *imv1.SequencedEvent
+		read int64 // of s1
+	}
+	for _, c := range []struct {
+		name    string
+		during  []step
+		want    int64 // s1's count after the seed
+		wantTot int64
+		reads   []seededRead
+	}{
+		{name: "a read past what the store held", during: []step{{ev: uMsg("s1", 6, "bob")}, {read: 6}},
+			want: 0, wantTot: 2, reads: []seededRead{{"s1", 6, false}}},
+		{name: "a read, then a message", during: []step{{read: 5}, {ev: uMsg("s1", 6, "bob")}},
+			want: 1, wantTot: 3, reads: []seededRead{{"s1", 5, false}}},
+		{name: "two reads: the last stands", during: []step{{read: 4}, {ev: uMsg("s1", 6, "bob")}, {read: 6}},
+			want: 0, wantTot: 2, reads: []seededRead{{"s1", 6, false}}},
+		{name: "a read below the store's max asks a recount", during: []step{{read: 4}},
+			// The seed's count stays until the store answers.
+			want: 2, wantTot: 4, reads: []seededRead{{"s1", 4, true}}},
+		{name: "a read the store already held", during: []step{{read: 3}},
+			want: 2, wantTot: 4},
+		{name: "a read, then the user leaves", during: []step{{read: 5}, {ev: uMember("s1", 6, "bob", imv1.MembershipChange_OP_REMOVE, "alice")}},
+			want: -1, wantTot: 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			u := newUnreadCounts("alice")
+			u.begin()
+			for _, st := range c.during {
+				if st.ev != nil {
+					u.event("s1", noteOf(st.ev))
+					continue
+				}
+				if changed, _, _, _ := u.read("s1", st.read); changed {
+					t.Fatalf("read %d: counts changed while seeding", st.read)
+				}
+			}
+			reads := u.seed(seed)
+			got := int64(-1)
+			if s := u.sessions["s1"]; s != nil {
+				got = s.unread()
+			}
+			if got != c.want || u.total != c.wantTot {
+				t.Errorf("after the seed: s1 %d, total %d; want %d, %d", got, u.total, c.want, c.wantTot)
+			}
+			if !slices.Equal(reads, c.reads) {
+				t.Errorf("seed's reads = %+v, want %+v", reads, c.reads)
+			}
+		})
+	}
+}
+
 // TestUnreadAnswer: the changes result carries the connection's counts
 // after the seed, not the store's: a message the store did not hold yet
 // counts, a session left meanwhile has 0, a session joined meanwhile with
