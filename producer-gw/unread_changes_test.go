@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,6 +162,9 @@ func TestUnreadChangesWhileSeeding(t *testing.T) {
 		during  func(t *testing.T, c *conn)
 		want    map[string]int64
 		wantTot int64
+		// readFrame: the session whose read the last frame, an unread
+		// frame after the result, tells.
+		readFrame string
 	}{
 		{
 			name: "messages the store did not hold yet",
@@ -172,10 +176,11 @@ func TestUnreadChangesWhileSeeding(t *testing.T) {
 			wantTot: 9,
 		},
 		{
-			name:    "a read on another device",
-			during:  func(t *testing.T, c *conn) { c.ownRead("s2", 10) },
-			want:    map[string]int64{"s1": 2, "s4": 2},
-			wantTot: 4,
+			name:      "a read on another device",
+			during:    func(t *testing.T, c *conn) { c.ownRead("s2", 10) },
+			want:      map[string]int64{"s1": 2, "s4": 2},
+			wantTot:   4,
+			readFrame: "s2",
 		},
 		{
 			name: "a read, then a message",
@@ -183,8 +188,9 @@ func TestUnreadChangesWhileSeeding(t *testing.T) {
 				c.ownRead("s2", 10)
 				pushFrame(t, c, uMsg("s2", 11, "carol"))
 			},
-			want:    map[string]int64{"s1": 2, "s2": 1, "s4": 2},
-			wantTot: 5,
+			want:      map[string]int64{"s1": 2, "s2": 1, "s4": 2},
+			wantTot:   5,
+			readFrame: "s2",
 		},
 		{
 			name: "a session joined, with a message",
@@ -219,6 +225,13 @@ func TestUnreadChangesWhileSeeding(t *testing.T) {
 			}
 			if !maps.Equal(app.sessions, c.want) || app.total != c.wantTot {
 				t.Errorf("app: %v total %d, want %v total %d; frames:\n%q", app.sessions, app.total, c.want, c.wantTot, app.frames)
+			}
+			if c.readFrame != "" {
+				var last wire.UnreadFrame
+				if n := len(app.frames); n < 2 || json.Unmarshal([]byte(app.frames[n-1]), &last) != nil ||
+					last.Op != wire.OpUnread || last.SessionID != c.readFrame || !strings.Contains(app.frames[n-2], `"op":"result"`) {
+					t.Errorf("want the result, then an unread frame of %s; frames:\n%q", c.readFrame, app.frames)
+				}
 			}
 		})
 	}
