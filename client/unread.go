@@ -6,12 +6,13 @@ import "github.com/seqflow/seqflow/internal/wire"
 type UnreadCause string
 
 const (
-	// UnreadChanges: a changes result, the store's counts of every session
-	// (asked on every connect and reconnect, RecheckAfter later, every
-	// ResyncInterval, and by Changes and Resync). It replaces every count
-	// the app holds.
+	// UnreadChanges: a changes result, the gateway's counts of every
+	// session for this connection (asked on every connect and reconnect,
+	// RecheckAfter later, every ResyncInterval, and by Changes and
+	// Resync). It replaces every count the app holds.
 	UnreadChanges UnreadCause = "changes"
-	// UnreadEvent: a chat message or a recall pushed to this device, with
+	// UnreadEvent: a chat message or a recall pushed to this device, or
+	// the membership event of the user's leave or removal (Unread 0), with
 	// its session's count and the total after it.
 	UnreadEvent UnreadCause = "event"
 	// UnreadRead: the user's read cursor of a session moved, by a read on
