@@ -10,11 +10,13 @@ import (
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-// Unread counts on the push. A connection that asks changes gets the
-// store's counts (the seed); from then on the gateway keeps them for that
-// connection from the events it writes to it and the user's read cursors
-// it learns, and attaches the session's count and the total to every chat
-// message and recall it pushes (and sends an unread frame when a read
+// Unread counts on the push. A connection that asks changes seeds them
+// with the store's counts, replays what it wrote and learned while the
+// store answered, and answers with the result (conn.answerChanges); from
+// then on the gateway keeps them for that connection from the events it
+// writes to it and the user's read cursors it learns, and attaches the
+// session's count and the total to every chat message and recall it
+// pushes and to the user's leave (and sends an unread frame when a read
 // moves them), so a client never recounts. The rules are the store's
 // (Store.Changes): chat messages of others above max(read cursor, join),
 // recalled ones left out.
