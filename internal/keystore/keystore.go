@@ -32,7 +32,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -121,9 +120,9 @@ type Store struct {
 	pool   *pgxpool.Pool
 	w      Wrapper
 	opts   Options
-	byID   *expirable.LRU[int64, cipher.AEAD]
-	gone   *expirable.LRU[int64, error] // destroyed or unknown: final
-	bySlot *expirable.LRU[slot, Key]
+	byID   *cache[int64, cipher.AEAD]
+	gone   *cache[int64, error] // destroyed or unknown: final
+	bySlot *cache[slot, Key]
 }
 
 // Key is an unwrapped data key.
@@ -160,9 +159,9 @@ func newStore(pool *pgxpool.Pool, w Wrapper, o Options) *Store {
 	}
 	return &Store{
 		pool: pool, w: w, opts: o,
-		byID:   expirable.NewLRU[int64, cipher.AEAD](o.CacheSize, nil, o.CacheTTL),
-		gone:   expirable.NewLRU[int64, error](o.CacheSize, nil, time.Hour),
-		bySlot: expirable.NewLRU[slot, Key](o.CacheSize, nil, o.CacheTTL),
+		byID:   newCache[int64, cipher.AEAD](o.CacheSize, o.CacheTTL, time.Now),
+		gone:   newCache[int64, error](o.CacheSize, time.Hour, time.Now),
+		bySlot: newCache[slot, Key](o.CacheSize, o.CacheTTL, time.Now),
 	}
 }
 
@@ -231,6 +230,28 @@ func (s *Store) ForWrite(ctx context.Context, owner, session string) (Key, error
 	if k, ok := s.bySlot.Get(sl); ok {
 		return k, nil
 	}
+	// Most misses find the key made earlier in the period: one query. (A
+	// key found here and destroyed by an erasure a moment later seals a
+	// body that is then erased with the rest: the erasure's promise holds.)
+	var (
+		id    int64
+		stord []byte
+		kekID string
+	)
+	err := s.pool.QueryRow(ctx, `SELECT key_id, wrapped, kek_id FROM seqflow_data_keys
+		WHERE owner_user_id = $1 AND session_id = $2 AND period_start = to_timestamp($3)`,
+		owner, session, sl.period).Scan(&id, &stord, &kekID)
+	switch {
+	case err == nil:
+		k, err := s.unwrap(ctx, id, kekID, stord)
+		if err != nil {
+			return Key{}, err
+		}
+		s.bySlot.Add(sl, k)
+		return k, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return Key{}, unavailable(err)
+	}
 	dek := make([]byte, KeyBytes)
 	if _, err := rand.Read(dek); err != nil {
 		return Key{}, err
@@ -239,11 +260,6 @@ func (s *Store) ForWrite(ctx context.Context, owner, session string) (Key, error
 	if err != nil {
 		return Key{}, fmt.Errorf("%w: wrap: %v", ErrUnavailable, err)
 	}
-	var (
-		id    int64
-		stord []byte
-		kekID string
-	)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Shared with other key makers, exclusive with an erasure of the
 		// same owner: no key is made for an owner once its erasure began.
