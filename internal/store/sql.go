@@ -5,7 +5,7 @@ import "fmt"
 // writerSQL is every statement of a write, for one schema.
 type writerSQL struct {
 	ids, messages, seqConflicts, idConflicts, edits, recalls, scrub, sessions, editPreview, recallPreview string
-	memberAdd, memberRemove, memberRole, reads, deliveries, offsets, readOffsets                   string
+	memberAdd, memberRemove, memberRole, reads, deliveries, offsets, readOffsets                          string
 }
 
 // membershipEvents numbers each (session, user)'s membership events in the
