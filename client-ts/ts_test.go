@@ -96,9 +96,8 @@ func runNode(t *testing.T, gw *clienttest.Gateway, controlAddr string, began tim
 	t.Logf("node tests: %v", counts)
 }
 
-// npmBuild installs the locked packages when node_modules does not match
-// package-lock.json (npm ci on a fresh machine), then compiles src and
-// test with the pinned tsc.
+// npmBuild installs the locked packages (npmInstall), then compiles src
+// and test with the pinned tsc.
 func npmBuild() error {
 	run := func(name string, args ...string) error {
 		cmd := exec.Command(name, args...)
@@ -107,6 +106,19 @@ func npmBuild() error {
 		}
 		return nil
 	}
+	if err := npmInstall(); err != nil {
+		return err
+	}
+	tsc := filepath.Join("node_modules", ".bin", "tsc")
+	if err := run(tsc, "-p", "tsconfig.json"); err != nil { // src and test, for node --test
+		return err
+	}
+	return run(tsc, "-p", "tsconfig.build.json") // dist/, which the browser test loads
+}
+
+// npmInstall installs the locked packages when node_modules does not match
+// package-lock.json (npm ci on a fresh machine).
+func npmInstall() error {
 	if _, err := exec.LookPath("node"); err != nil {
 		return fmt.Errorf("node not found (Node 20 or newer; `go tool task test:packages` installs it): %w", err)
 	}
@@ -117,15 +129,11 @@ func npmBuild() error {
 	// npm writes node_modules/.package-lock.json with what it installed.
 	installed, _ := os.ReadFile(filepath.Join("node_modules", ".package-lock.json"))
 	if !sameLock(lock, installed) {
-		if err := run("npm", "ci", "--no-audit", "--no-fund"); err != nil {
-			return err
+		if b, err := exec.Command("npm", "ci", "--no-audit", "--no-fund").CombinedOutput(); err != nil {
+			return fmt.Errorf("npm ci: %w\n%s", err, b)
 		}
 	}
-	tsc := filepath.Join("node_modules", ".bin", "tsc")
-	if err := run(tsc, "-p", "tsconfig.json"); err != nil { // src and test, for node --test
-		return err
-	}
-	return run(tsc, "-p", "tsconfig.build.json") // dist/, which the browser test loads
+	return nil
 }
 
 // sameLock reports whether node_modules holds the packages of the lock

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/seqflow/seqflow/internal/testkit/proc"
 )
 
 // chromiumPath finds Debian's chromium (the test task installs it when run
@@ -279,7 +281,7 @@ func TestBrowserChat(t *testing.T) {
 	// Starting the direct session again is session_exists: the page finds
 	// it by its deterministic ID (SHA-256 in the browser, as the gateway).
 	alice.do("start direct again", chromedp.SetValue(chromedp.CSS("#direct-peer"), bobID), chromedp.Click(chromedp.CSS("#new-direct button")))
-	wait[bool](alice, "session_exists answered", `[...document.querySelectorAll('#log li')].some((li) => li.textContent.includes('session_exists'))`)
+	wait[bool](alice, "session_exists answered", `[...document.querySelectorAll('#log li')].some((li) => li.textContent.includes('exists: opened it'))`)
 	if again := alice.activeSession("direct"); again != direct {
 		t.Fatalf("starting the direct session again opened %q, want %q", again, direct)
 	}
@@ -289,6 +291,31 @@ func TestBrowserChat(t *testing.T) {
 	bob.sees(a2)
 	b2 := bob.send("group hi")
 	alice.sees(b2)
+
+	// Unread counts are the gateway's. Bob looks at the direct session
+	// while alice writes in the group: his badge is the count the gateway
+	// gives his other device. A read on that device drops the badge to 0
+	// without the page opening the group (a page that counted for itself
+	// would not know); opening the group reads it, and the gateway agrees.
+	probe := p.connect(gw, bobID, "probe")
+	bob.open(direct)
+	for i := 1; i <= 3; i++ {
+		alice.send(fmt.Sprintf("unread %d", i))
+	}
+	bob.unreadIs(group, 3)
+	p.unreadIs(probe, group, 3)
+	rid := newID()
+	probe.send(map[string]any{"op": "read", "req_id": rid, "session_id": group, "seq": alice.send("unread 4").Seq})
+	if f := probe.result(rid); f.Op != "result" {
+		t.Fatalf("read on the probe: %s", f.raw)
+	}
+	bob.unreadIs(group, 0)
+	alice.send("unread 5")
+	alice.send("unread 6")
+	bob.unreadIs(group, 2)
+	bob.open(group)
+	bob.unreadIs(group, 0)
+	p.unreadIs(probe, group, 0)
 
 	// Reconnect: bob drops his socket, alice sends twice, bob comes back
 	// and catches up through changes + sync.
@@ -329,6 +356,43 @@ func TestBrowserChat(t *testing.T) {
 		}
 		t.Logf("%s: %s", b.name, b.screenshot("group"))
 	}
+
+	// Members, typing, seen by and ticks, as the gateway tells them.
+	wait[bool](alice, "member list", fmt.Sprintf(`!!document.querySelector('#member-list li[data-user=%q][data-role=owner]') && !!document.querySelector('#member-list li[data-user=%q]')`, aliceID, bobID))
+	bob.do("type", chromedp.SendKeys(chromedp.CSS("#send-text"), "still typ"))
+	wait[bool](alice, "bob typing", fmt.Sprintf(`document.getElementById('typing').textContent.includes(%q + ' is typing')`, bobID))
+	wait[bool](alice, "group hello seen by bob", fmt.Sprintf(`(document.querySelector('#messages li[data-seq="%d"] .seen') || {dataset: {}}).dataset.seen === %q`, a2.Seq, bobID))
+	alice.open(direct)
+	wait[bool](alice, "hello bob read", fmt.Sprintf(`(document.querySelector('#messages li[data-seq="%d"] .ticks') || {dataset: {}}).dataset.state === 'read'`, a1.Seq))
+	t.Logf("alice: %s", alice.screenshot("direct"))
+}
+
+// unreadIs waits until the page's badge of session shows n (0: none).
+func (b *tab) unreadIs(session string, n int) {
+	b.t.Helper()
+	wait[bool](b, fmt.Sprintf("unread %d in %s", n, session), fmt.Sprintf(
+		`(() => { const li = document.querySelector('#sessions li[data-session=%q]'); return !!li && li.dataset.unread === '%d' && (%d === 0) === !li.querySelector('.unread'); })()`, session, n, n))
+}
+
+// unreadIs polls the gateway's count of session for c's user (changes)
+// until it is n.
+func (p *pipeline) unreadIs(c *client, session string, n int64) {
+	p.t.Helper()
+	var got int64 = -1
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		id := newID()
+		c.send(map[string]any{"op": "changes", "req_id": id})
+		got = -1
+		for _, s := range c.result(id).Sessions {
+			if s.SessionID == session {
+				got = s.Unread
+			}
+		}
+		if got == n {
+			return
+		}
+	}
+	p.t.Fatalf("the gateway counts %d unread in %s for %s, want %d", got, session, c.name, n)
 }
 
 // storedRows is the session's events in the store, in seq order.
@@ -355,4 +419,134 @@ func storedRows(t *testing.T, p *pipeline, session string) []row {
 		t.Fatalf("store rows of %s: %+v", session, out)
 	}
 	return out
+}
+
+// TestBrowserGatewayKill: bob's page is on a gateway process that is
+// killed -9 while alice (on another gateway) sends 30 messages, and started
+// again. Meanwhile bob types a message, which waits in the SDK's IndexedDB
+// outbox. Then bob's page shows the store's events of the group exactly,
+// in seq order, each once (alice's 30 in sending order, nothing missing,
+// nothing twice), the SDK never handed an event twice or out of order, and
+// bob's message was sequenced once and left the outbox.
+func TestBrowserGatewayKill(t *testing.T) {
+	chromiumPath(t) // before the pipeline: fail fast
+	p := newPipeline(t)
+	gwA := p.gateway(nil)
+	bin := proc.Build(t, "./producer-gw")
+	envB := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t), "GATEWAY_ADMIN_ADDR": freeAddr(t), "GATEWAY_DEV_MODE": "true"})
+	var list []string
+	for k, v := range envB {
+		list = append(list, k+"="+v)
+	}
+	gwB := proc.Start(t, "gw-b", bin, list...)
+	p.admins["gw-b"] = envB["GATEWAY_ADMIN_ADDR"]
+	p.waitReady("gw-b")
+	aliceID, bobID := user("alice"), user("bob")
+	a := p.connect(gwA, aliceID, "phone")
+	group, created := createGroup(a, bobID)
+	p.waitStored(group, created)
+	bob := newTab(t, browser(t), "bob", t.TempDir())
+	bob.login("http://"+envB["GATEWAY_ADDR"], bobID)
+	bob.open(group)
+
+	send := func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			id := newID()
+			a.send(sendFrame(group, id, fmt.Sprintf("k %02d", i)))
+			a.mustAckOK(id)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	send(1, 10)
+	bob.shown("k 10")
+	gwB.Kill()
+	wait[bool](bob, "connection lost", `document.getElementById('conn').dataset.state !== 'connected'`)
+	send(11, 20)
+	const typed = "typed while the gateway was down"
+	bob.do("send while down", chromedp.SetValue(chromedp.CSS("#send-text"), typed), chromedp.Click(chromedp.CSS("#send-button")))
+	pendingID := wait[string](bob, "the pending row", fmt.Sprintf(
+		`(() => { const li = [...document.querySelectorAll('#messages li.pending')].find((li) => li.querySelector('.body').textContent === %q); return li ? li.dataset.clientMsgId : ''; })()`, typed))
+	if n := bob.outboxSize(); n != 1 {
+		bob.fail("the outbox holds %d commands while the gateway is down, want 1 (the typed message)", n)
+	}
+	if err := gwB.Start(); err != nil {
+		t.Fatalf("restart gw-b: %v", err)
+	}
+	send(21, 30) // while the page reconnects: some by push, some by catch-up
+	p.waitReady("gw-b")
+	mine := bob.shown(typed)
+	wait[bool](bob, "all 30 and the typed one", fmt.Sprintf(
+		`document.querySelectorAll('#messages li.msg[data-seq]').length === 31 && !document.querySelector('#messages li.pending') && !!document.querySelector('#messages li[data-seq="%d"]')`, mine.Seq))
+
+	// Exactly the store's events, in order, once each.
+	got := bob.rows()
+	p.waitStored(group, got[len(got)-1].Seq) // the store lags the log
+	stored := storedRows(t, p, group)
+	if len(got) != len(stored) {
+		bob.fail("shows %d events %+v, the store has %d %+v", len(got), got, len(stored), stored)
+	}
+	var bodies []string
+	for i := range got {
+		if got[i].Seq != stored[i].Seq || got[i].MsgID != stored[i].MsgID || got[i].Sender != stored[i].Sender {
+			bob.fail("row %d = %+v, the store has %+v", i, got[i], stored[i])
+		}
+		if got[i].Sender == aliceID && strings.HasPrefix(got[i].Body, "k ") {
+			bodies = append(bodies, got[i].Body)
+		}
+	}
+	for i, b := range bodies {
+		if want := fmt.Sprintf("k %02d", i+1); b != want || len(bodies) != 30 {
+			bob.fail("alice's messages on the page: %v, want k 01 … k 30 in order", bodies)
+		}
+	}
+	var n int
+	if err := p.pool.QueryRow(context.Background(), `SELECT count(*) FROM messages WHERE session_id = $1 AND client_msg_id = $2`, group, pendingID).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the typed message (%s) is stored %d times (%v), want once", pendingID, n, err)
+	}
+	if mine.Sender != bobID {
+		t.Fatalf("the typed message shows sender %q, want %q", mine.Sender, bobID)
+	}
+	twice := eval[[]string](bob, `[...document.querySelectorAll('#log li.error')].map((li) => li.textContent)`)
+	if len(twice) > 0 {
+		bob.fail("the activity log has errors: %q", twice)
+	}
+	if n := bob.outboxSize(); n != 0 {
+		bob.fail("the outbox holds %d commands after the ACK, want 0", n)
+	}
+	bob.unreadIs(group, 0) // the group is open: the page read it, and the gateway's count says so
+	t.Logf("bob: %s", bob.screenshot("after-kill"))
+}
+
+// shown waits until the open session shows a message with body text
+// and its seq (a pending send has none yet).
+func (b *tab) shown(text string) row {
+	b.t.Helper()
+	r := wait[row](b, "seq of "+strconv.Quote(text), rowJS(text))
+	if r.Seq <= 0 || r.MsgID == "" {
+		b.fail("%q shows seq %d msg_id %q", text, r.Seq, r.MsgID)
+	}
+	return r
+}
+
+// outboxSize counts the commands in the page's IndexedDB outbox.
+func (b *tab) outboxSize() int {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`new Promise((resolve, reject) => {
+  const { user, device } = JSON.parse(sessionStorage.getItem('seqflow.login'));
+  const open = indexedDB.open('seqflow-outbox:' + user + ':' + device);
+  open.onerror = () => reject(open.error);
+  open.onsuccess = () => {
+    const db = open.result;
+    const q = db.transaction('commands').objectStore('commands').count();
+    q.onsuccess = () => { db.close(); resolve(q.result); };
+    q.onerror = () => { db.close(); reject(q.error); };
+  };
+})`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.fail("count the outbox: %v", err)
+	}
+	return n
 }

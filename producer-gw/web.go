@@ -8,9 +8,12 @@ import (
 	"time"
 )
 
-// webFiles is the demo chat page: plain HTML, CSS and JavaScript that
-// speak docs/protocol.md over the gateway's own WebSocket, with no build
-// step and nothing loaded from another origin.
+// webFiles is the demo chat page: HTML, CSS and a JavaScript module on the
+// TypeScript SDK, which speaks docs/protocol.md over the gateway's own
+// WebSocket; nothing is loaded from another origin. web/sdk is the SDK's
+// browser entry as client-ts compiles it (`go tool task web:sdk`),
+// committed so the gateway builds without Node; client-ts's
+// TestWebSDKFresh fails when it differs from a fresh build.
 //
 //go:embed web
 var webFiles embed.FS
@@ -20,26 +23,34 @@ var webFiles embed.FS
 const webPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
-// mountWeb serves the page at GET / and its files at GET /app/<file>.
-// Anything else keeps falling through to the API's JSON 404.
+// mountWeb serves the page at GET /, its files at GET /app/<file> and the
+// SDK's modules at GET /sdk/<file>. Anything else keeps falling through to
+// the API's JSON 404.
 func mountWeb(mux *http.ServeMux) {
 	index, err := webFiles.ReadFile("web/index.html")
 	if err != nil {
 		panic("producer-gw: web/index.html not embedded: " + err.Error()) // a build without the page is a broken build
-	}
-	app, err := fs.Sub(webFiles, "web/app")
-	if err != nil {
-		panic("producer-gw: web/app not embedded: " + err.Error())
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		webHeaders(w)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = w.Write(index)
 	})
-	// One path segment: no directories, no listings, no index redirects.
-	mux.HandleFunc("GET /app/{file}", func(w http.ResponseWriter, r *http.Request) {
+	serveWebDir(mux, "app")
+	serveWebDir(mux, "sdk")
+}
+
+// serveWebDir serves the files of web/<dir> at GET /<dir>/<file>: one path
+// segment, so no directories, no listings, no index redirects. The SDK's
+// modules import each other by relative path, which stays in the segment.
+func serveWebDir(mux *http.ServeMux, dir string) {
+	files, err := fs.Sub(webFiles, "web/"+dir)
+	if err != nil {
+		panic("producer-gw: web/" + dir + " not embedded: " + err.Error()) // a build without the page is a broken build
+	}
+	mux.HandleFunc("GET /"+dir+"/{file}", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("file")
-		b, err := fs.ReadFile(app, name)
+		b, err := fs.ReadFile(files, name)
 		if err != nil {
 			http.NotFound(w, r)
 			return

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	pathpkg "path"
 	"regexp"
 	"strings"
 	"testing"
@@ -83,11 +84,16 @@ func TestWebRoutes(t *testing.T) {
 		wantBody   string // substring
 		page       bool   // a page response: carries the page's headers
 	}{
-		{name: "index", h: on, method: "GET", path: "/", wantStatus: 200, wantType: "text/html", wantBody: `<script src="/app/app.js"`, page: true},
+		{name: "index", h: on, method: "GET", path: "/", wantStatus: 200, wantType: "text/html", wantBody: `<script type="module" src="/app/app.js"`, page: true},
 		{name: "index HEAD", h: on, method: "HEAD", path: "/", wantStatus: 200, wantType: "text/html", page: true},
-		{name: "script", h: on, method: "GET", path: "/app/app.js", wantStatus: 200, wantType: "text/javascript", wantBody: "function catchUp", page: true},
+		{name: "script", h: on, method: "GET", path: "/app/app.js", wantStatus: 200, wantType: "text/javascript", wantBody: "from '/sdk/index.js'", page: true},
 		{name: "style", h: on, method: "GET", path: "/app/app.css", wantStatus: 200, wantType: "text/css", wantBody: "#messages", page: true},
+		{name: "SDK entry", h: on, method: "GET", path: "/sdk/index.js", wantStatus: 200, wantType: "text/javascript", wantBody: "export { Client", page: true},
+		{name: "SDK module", h: on, method: "GET", path: "/sdk/client.js", wantStatus: 200, wantType: "text/javascript", wantBody: "class Client", page: true},
 		{name: "no directory listing", h: on, method: "GET", path: "/app/", wantStatus: 404},
+		{name: "no SDK listing", h: on, method: "GET", path: "/sdk/", wantStatus: 404},
+		{name: "no Node module of the SDK", h: on, method: "GET", path: "/sdk/file-outbox.js", wantStatus: 404},
+		{name: "no nested SDK path", h: on, method: "GET", path: "/sdk/x/index.js", wantStatus: 404},
 		{name: "missing file", h: on, method: "GET", path: "/app/nope.js", wantStatus: 404},
 		{name: "only app files under app", h: on, method: "GET", path: "/app/index.html", wantStatus: 404},
 		{name: "other paths stay the API's 404", h: on, method: "GET", path: "/index.html", wantStatus: 404, wantType: "application/json", wantBody: `"unknown_type"`},
@@ -95,6 +101,7 @@ func TestWebRoutes(t *testing.T) {
 		{name: "API unchanged", h: on, method: "GET", path: "/v1/changes", wantStatus: 401, wantType: "application/json", wantBody: `"unauthenticated"`},
 		{name: "off: no page", h: off, method: "GET", path: "/", wantStatus: 404, wantType: "application/json"},
 		{name: "off: no files", h: off, method: "GET", path: "/app/app.js", wantStatus: 404, wantType: "application/json"},
+		{name: "off: no SDK", h: off, method: "GET", path: "/sdk/index.js", wantStatus: 404, wantType: "application/json"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -142,12 +149,8 @@ func TestWebFilesSelfContained(t *testing.T) {
 			if r[1] == "data:," {
 				return
 			}
-			name, ok := strings.CutPrefix(r[1], "/app/")
-			if !ok {
-				t.Fatalf("index.html names %q: want /app/<file> (served from the embed)", r[1])
-			}
-			if _, err := fs.Stat(webFiles, "web/app/"+name); err != nil {
-				t.Fatalf("index.html names %q, not embedded: %v", r[1], err)
+			if !webServed(r[1]) {
+				t.Fatalf("index.html names %q: want /app/<file> or /sdk/<file>, served from the embed", r[1])
 			}
 		})
 	}
@@ -169,6 +172,17 @@ func TestWebFilesSelfContained(t *testing.T) {
 				if m := forbidden.Find(src); m != nil {
 					t.Errorf("uses %q: values must reach the page through textContent", m)
 				}
+				// Every module a script imports is served from the
+				// embed: no bare name (a package such as ws), no node:.
+				for _, m := range importRE.FindAllSubmatch(src, -1) {
+					spec := string(m[1]) + string(m[2])
+					if strings.HasPrefix(spec, "./") {
+						spec = "/" + strings.TrimPrefix(pathpkg.Dir(path), "web/") + spec[1:]
+					}
+					if !webServed(spec) {
+						t.Errorf("imports %q: not a file of the embed under /app/ or /sdk/", spec)
+					}
+				}
 			}
 		})
 		return nil
@@ -176,4 +190,35 @@ func TestWebFilesSelfContained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The page runs on the SDK's browser entry, and only on it: the
+	// Node-only modules stay out of the embed.
+	for _, name := range []string{"web/sdk/index.js", "web/sdk/client.js", "web/sdk/indexeddb-outbox.js"} {
+		if _, err := fs.Stat(webFiles, name); err != nil {
+			t.Errorf("%s not embedded: %v", name, err)
+		}
+	}
+	for _, name := range []string{"web/sdk/node.js", "web/sdk/file-outbox.js"} {
+		if _, err := fs.Stat(webFiles, name); err == nil {
+			t.Errorf("%s is embedded: the page must not ship the SDK's Node modules", name)
+		}
+	}
+}
+
+// importRE finds the module specifiers of static imports and re-exports
+// (from ... or a bare import '...').
+var importRE = regexp.MustCompile(`(?m)^\s*(?:import|export)\b[^'"]*?\bfrom\s*['"]([^'"]+)['"]|^\s*import\s*['"]([^'"]+)['"]`)
+
+// webServed reports whether mountWeb serves ref (an absolute path) from
+// the embed: /app/<file> or /sdk/<file>, one segment, the file embedded.
+func webServed(ref string) bool {
+	for _, dir := range []string{"app", "sdk"} {
+		name, ok := strings.CutPrefix(ref, "/"+dir+"/")
+		if !ok || name == "" || strings.Contains(name, "/") {
+			continue
+		}
+		if _, err := fs.Stat(webFiles, "web/"+dir+"/"+name); err == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -1,39 +1,48 @@
-// seqflow demo chat: a browser client of docs/protocol.md in plain
-// JavaScript. It logs in (dev login or a pasted token), keeps one
-// WebSocket, sends commands with a client_msg_id it reuses on every retry,
-// shows each event with its seq and msg_id, and after every (re)connect
-// catches up with changes + sync. Nothing here is trusted as HTML: every
-// value reaches the page through textContent.
-'use strict';
+// seqflow demo chat: a browser client on the TypeScript SDK (client-ts;
+// its compiled browser entry is committed under /sdk/). The SDK keeps the
+// connection, resends commands with their client_msg_id, fills gaps and
+// hands the page every event once, in seq order per session, and keeps
+// unanswered sends in IndexedDB across a reload. The page logs in, draws
+// what it is handed, and asks the gateway for what it shows: unread counts
+// (never recounted here), delivered/read ticks and "seen by", typing,
+// members, older history. Nothing here is trusted as HTML: every value
+// reaches the page through textContent.
+
+import {
+  ClosedError,
+  Client,
+  HandshakeError,
+  IndexedDBOutbox,
+  ReplacedError,
+  SignedOutError,
+  newMessageId,
+  text,
+} from '/sdk/index.js';
 
 const ID_RE = /^[A-Za-z0-9._:@-]{1,64}$/;
-const REQUEST_TIMEOUT_MS = 10000;
-const SYNC_PAGE = 200;
-const FIRST_LOAD = 200; // events of history loaded per session at first connect
-const DELIVERED_FLUSH_MS = 100; // the protocol's receipt window
-const DELIVERED_FLUSH_COUNT = 64;
+const FIRST_LOAD = 200; // events per session handed at first connect; older ones on demand
+const OLDER_PAGE = 50; // events per "load older" page
+const TYPING_EVERY_MS = 3000; // an active indicator is repeated this often while typing
+const CATCH_UP_WAIT_MS = 15000; // how long the catch-up note waits for the store's max_seq
 
 const $ = (id) => document.getElementById(id);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // state is everything the page knows; render() draws it.
 const state = {
-  token: '', user: '', device: '',
-  ws: null,
-  conn: 'disconnected', // disconnected | connecting | connected | offline (the user's choice)
+  token: '', user: '', device: '', pasted: false,
+  client: null,
+  conn: 'disconnected', // connecting | connected | disconnected (reconnecting) | offline (the user's choice, or final)
   hello: null,
   online: false, // the user wants a connection
-  connects: 0, // hellos received
-  retryMs: 500,
-  retryTimer: 0,
+  connects: 0, // hellos, over every client of this page
+  cursors: {}, // what the previous client was handed, per session (after a disconnect)
   sessions: new Map(), // session_id → session
   current: '',
-  outbox: new Map(), // client_msg_id → command waiting for its seq
-  requests: new Map(), // req_id → {resolve, reject, timer}
-  nextReq: 1,
-  receiptTimer: 0,
-  receiptDirty: new Set(),
-  receiptCount: 0,
-  failed: [], // sends refused for good, shown in their session
+  pending: new Map(), // client_msg_id → a send without its seq yet (or failed)
+  totalUnread: 0,
+  typingSent: 0, // when the last active typing indicator went out
+  typingIn: '',
 };
 
 function session(id) {
@@ -41,39 +50,25 @@ function session(id) {
   if (!s) {
     s = {
       id, kind: id.startsWith('d-') ? 'direct' : 'group', title: '', members: new Set(),
-      roles: new Map(), // user → owner/admin/member, from member sync and group events
-      muted: new Map(), // user → muted until (ms), from member sync and group events
+      roles: new Map(), // user → owner/admin/member
+      muted: new Map(), // user → muted until (ms)
       memberVersion: 0, // the member sync holds everything up to here
-      events: new Map(), // seq → event as the gateway sent it
-      synced: 0, // the store was complete up to here when last synced
-      maxSeq: 0, // highest seq the gateway reported or we hold
-      unread: 0, delivered: 0, preview: '', removed: false, gapTimer: 0, gapTries: 0,
+      online: new Map(), // user → online (presence, asked when the session is opened)
+      events: new Map(), // seq → event
+      live: 0, // the highest seq the SDK handed over
+      oldest: 0, // the lowest seq held of the run that reaches live (0: none)
+      hasOlder: false, loadingOlder: false,
+      storeMax: 0, // max_seq from the latest changes
+      unread: 0, readSeq: 0, // from the gateway: never counted here
+      read: new Map(), // other user → read cursor (receipts, seen_by)
+      delivered: new Map(), // other user → delivered cursor (receipts)
+      typing: new Map(), // other user → shown until (ms)
+      preview: '', removed: false, divider: null, named: false,
+      readTimer: 0, membersTimer: 0,
     };
     state.sessions.set(id, s);
   }
   return s;
-}
-
-// ---------------------------------------------------------------- ids
-
-// uuidv7 is a client_msg_id: time-ordered, random, made once per command.
-function uuidv7() {
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  let ts = Date.now();
-  for (let i = 5; i >= 0; i--) { b[i] = ts % 256; ts = Math.floor(ts / 256); }
-  b[6] = (b[6] & 0x0f) | 0x70;
-  b[8] = (b[8] & 0x3f) | 0x80;
-  const h = Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
-}
-
-// directSessionID is the gateway's "d-" + 16 bytes of SHA-256 over the
-// sorted pair; null where the browser has no WebCrypto (not a secure context).
-async function directSessionID(a, b) {
-  if (!crypto.subtle) return null;
-  if (b < a) [a, b] = [b, a];
-  const sum = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(`direct\0${a}\0${b}`));
-  return 'd-' + Array.from(new Uint8Array(sum).slice(0, 16), (x) => x.toString(16).padStart(2, '0')).join('');
 }
 
 // ---------------------------------------------------------------- login
@@ -95,8 +90,9 @@ async function login(user, device, pasted) {
     user = claims.sub || user;
     device = claims.device_id || device;
   }
-  Object.assign(state, { token, user, device });
-  sessionStorage.setItem('seqflow.login', JSON.stringify({ token, user, device, pasted: !!pasted.trim() }));
+  const isPasted = !!pasted.trim();
+  Object.assign(state, { token, user, device, pasted: isPasted });
+  sessionStorage.setItem('seqflow.login', JSON.stringify({ token, user, device, pasted: isPasted }));
 }
 
 function tokenClaims(token) {
@@ -108,217 +104,355 @@ function tokenClaims(token) {
   }
 }
 
+// currentToken is the SDK's tokenSource for dev logins: asked before every
+// connection attempt, it renews a token about to expire.
+async function currentToken() {
+  const c = tokenClaims(state.token);
+  if (c && c.exp && c.exp * 1000 - Date.now() < 60_000) {
+    await login(state.user, state.device, '');
+    note('token renewed');
+  }
+  return state.token;
+}
+
 function logout() {
   state.online = false;
   sessionStorage.removeItem('seqflow.login');
-  if (state.ws) state.ws.close(1000, 'logout');
+  if (state.client) state.client.close();
   location.reload();
 }
 
 // ---------------------------------------------------------------- connection
 
-function connect() {
-  clearTimeout(state.retryTimer);
-  if (state.ws) return;
+// seed reads the session list over HTTP before the WebSocket opens: it
+// says how far back the first catch-up goes (FIRST_LOAD per session).
+async function seed() {
+  const get = async () => fetch('/v1/changes', { headers: { Authorization: `Bearer ${state.token}` } });
+  let resp = await get();
+  if (resp.status === 401 && !state.pasted) {
+    await login(state.user, state.device, '');
+    resp = await get();
+  }
+  const body = await resp.json().catch(() => ({}));
+  if (!resp.ok) throw new Error(body.error ? `${body.error.name}: ${body.error.message}` : `HTTP ${resp.status}`);
+  return body.sessions || [];
+}
+
+// start opens a client and runs it until the user disconnects or the
+// gateway ends the login. Each start is a new Client: it resumes after
+// what the previous one handed over, and finds the previous one's
+// unanswered sends in the IndexedDB outbox.
+async function start() {
   state.online = true;
   setConn('connecting');
-  const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-  const ws = new WebSocket(`${proto}//${location.host}/v1/ws?access_token=${encodeURIComponent(state.token)}`);
-  let greeted = false;
-  state.ws = ws;
-  ws.onmessage = (e) => {
-    let f;
-    try {
-      f = JSON.parse(e.data);
-    } catch {
-      note(`undecodable frame from the gateway: ${String(e.data).slice(0, 80)}`, 'error');
-      return;
-    }
-    if (f.op === 'hello') greeted = true;
-    onFrame(f);
-  };
-  ws.onclose = (e) => {
-    if (state.ws !== ws) return;
-    state.ws = null;
-    state.hello = null;
-    for (const [, r] of state.requests) { clearTimeout(r.timer); r.reject(new Error('connection closed')); }
-    state.requests.clear();
-    const why = e.code === 1000 || e.code === 1005 ? '' : ` (${e.code}${e.reason ? ' ' + e.reason : ''})`;
-    if (!state.online) {
-      setConn('offline');
-      note(`disconnected${why}`);
-      return;
-    }
-    setConn('disconnected');
-    note(`connection lost${why}`, 'warn');
-    if (e.code === 4001 || !greeted) {
-      recheckToken();
-      return;
-    }
-    scheduleReconnect();
-  };
-}
-
-function scheduleReconnect() {
-  const wait = state.retryMs;
-  state.retryMs = Math.min(state.retryMs * 2, 8000);
-  setConn('disconnected', `reconnecting in ${(wait / 1000).toFixed(1)} s`);
-  state.retryTimer = setTimeout(connect, wait);
-}
-
-// recheckToken finds out why a connection failed: a WebSocket handshake
-// refused with 401 only shows as a close. An expired dev token is renewed.
-async function recheckToken() {
-  let status = 0;
+  const cursors = { ...state.cursors };
   try {
-    status = (await fetch('/v1/changes', { headers: { Authorization: `Bearer ${state.token}` } })).status;
-  } catch {
-    scheduleReconnect();
-    return;
-  }
-  if (status !== 401) {
-    scheduleReconnect();
-    return;
-  }
-  const saved = JSON.parse(sessionStorage.getItem('seqflow.login') || '{}');
-  if (!saved.pasted) {
-    try {
-      await login(state.user, state.device, '');
-      note('token renewed');
-      scheduleReconnect();
-      return;
-    } catch (err) {
-      note(`token renewal failed: ${err.message}`, 'error');
+    for (const c of await seed()) {
+      applyChange(c);
+      if (!(c.session_id in cursors) && c.max_seq > FIRST_LOAD) cursors[c.session_id] = c.max_seq - FIRST_LOAD;
     }
+  } catch (err) {
+    note(`session list: ${err.message}`, 'warn');
   }
-  state.online = false;
-  setConn('offline', 'token refused: log in again');
+  if (!state.online) return; // disconnected meanwhile
+  let client;
+  try {
+    client = await Client.open({
+      urls: [`${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}/v1/ws`],
+      ...(state.pasted ? { token: state.token } : { tokenSource: currentToken }),
+      platform: 'web',
+      outbox: new IndexedDBOutbox(`seqflow-outbox:${state.user}:${state.device}`),
+      cursors,
+      onEvent,
+      onConnect: (h) => onConnect(client, h),
+      onDisconnect,
+      onUnread,
+      onReceipt,
+      onTyping,
+      logger: { info() {}, warn: (msg, attrs) => console.warn(msg, attrs || {}) },
+    });
+  } catch (err) {
+    state.online = false;
+    setConn('offline', err.message);
+    note(`open the client: ${err.message}`, 'error');
+    return;
+  }
+  state.client = client;
+  for (const p of client.recovered) {
+    const f = p.frame;
+    if (f.op !== 'send') continue;
+    const row = { id: p.clientMsgId, sessionId: f.session_id, body: typeof f.body === 'string' ? f.body : JSON.stringify(f.body), failed: '' };
+    state.pending.set(row.id, row);
+    track(p, row);
+  }
+  if (client.recovered.length) note(`${plural(client.recovered.length, 'command')} from the outbox, resent once connected`);
+  client.run().then(
+    () => {
+      if (state.client === client) setConn('offline');
+    },
+    (err) => {
+      if (state.client !== client) return;
+      state.online = false;
+      let why = err.message;
+      if (err instanceof HandshakeError) why = 'token refused: log in again';
+      else if (err instanceof SignedOutError) why = 'this device was signed out: log in again';
+      else if (err instanceof ReplacedError) why = 'replaced by a newer connection of this device';
+      setConn('offline', why);
+      note(why, 'error');
+    },
+  );
+  render();
 }
 
 function disconnect() {
   state.online = false;
-  clearTimeout(state.retryTimer);
-  if (state.ws) state.ws.close(1000, 'user');
-  else setConn('offline');
+  const c = state.client;
+  if (!c) return setConn('offline');
+  state.cursors = c.cursors();
+  state.client = null;
+  c.close();
+  setConn('offline');
+  note('disconnected');
 }
 
-function write(frame) {
-  if (!state.ws || state.ws.readyState !== WebSocket.OPEN) return false;
-  state.ws.send(JSON.stringify(frame));
-  return true;
+function onConnect(client, h) {
+  if (state.client !== client) return;
+  state.hello = h;
+  state.connects++;
+  setConn('connected');
+  const first = state.connects === 1;
+  const before = new Map([...state.sessions.values()].map((s) => [s.id, s.live]));
+  settle(client, first, before);
 }
 
-// request sends a sync/changes-style frame and resolves with its result.
-function request(frame) {
-  return new Promise((resolve, reject) => {
-    const req_id = `q${state.nextReq++}`;
-    const timer = setTimeout(() => {
-      state.requests.delete(req_id);
-      reject(new Error(`${frame.op}: no answer in ${REQUEST_TIMEOUT_MS / 1000} s`));
-    }, REQUEST_TIMEOUT_MS);
-    state.requests.set(req_id, { resolve, reject, timer });
-    if (!write({ ...frame, req_id })) {
-      clearTimeout(timer);
-      state.requests.delete(req_id);
-      reject(new Error('not connected'));
-    }
-  });
+function onDisconnect(err) {
+  state.hello = null;
+  if (!state.online) return;
+  setConn('disconnected', 'reconnecting');
+  note(`connection lost (${err.message})`, 'warn');
 }
 
-// ---------------------------------------------------------------- frames
-
-function onFrame(f) {
-  switch (f.op) {
-    case 'hello':
-      state.hello = f;
-      state.retryMs = 500;
-      state.connects++;
-      setConn('connected');
-      onConnected(state.connects === 1);
-      break;
-    case 'ack':
-    case 'seq_notice':
-      onAck(f);
-      break;
-    case 'event':
-      addEvent(f.event, 'push');
-      break;
-    case 'result':
-    case 'error': {
-      const r = f.req_id && state.requests.get(f.req_id);
-      if (r) {
-        state.requests.delete(f.req_id);
-        clearTimeout(r.timer);
-        if (f.op === 'error') r.reject(Object.assign(new Error(`${f.error.name}: ${f.error.message}`), { body: f.error }));
-        else r.resolve(f);
-      } else if (f.op === 'error') {
-        onCommandError(f);
-      }
-      break;
-    }
-    case 'pong':
-      break;
-    default:
-      note(`unknown frame ${f.op}`, 'warn');
+// settle reports a connection's catch-up once the SDK has handed every
+// session up to the store's max_seq: "loaded" after the first, "caught
+// up" after a reconnect, with a divider where the open session resumed.
+async function settle(client, first, before) {
+  let ch;
+  try {
+    ch = await client.changes();
+  } catch (err) {
+    if (!(err instanceof ClosedError)) note(`catch-up: ${err.message}`, 'error');
+    return;
   }
-}
-
-async function onConnected(first) {
-  // The protocol's rule: a command without its seq is resent, unchanged.
-  for (const [, c] of state.outbox) {
-    c.attempts++;
-    write(c.frame);
+  for (const c of ch.sessions) applyChange(c);
+  const deadline = Date.now() + CATCH_UP_WAIT_MS;
+  while (Date.now() < deadline && ch.sessions.some((c) => session(c.session_id).live < c.max_seq)) await sleep(50);
+  if (state.client !== client) return;
+  let total = 0;
+  let moved = 0;
+  for (const s of state.sessions.values()) {
+    let n = 0;
+    for (const ev of s.events.values()) {
+      if (first ? ev.seq <= s.live : ev.seq > (before.get(s.id) || 0) && ev.kind === 'message') n++;
+    }
+    total += n;
+    if (n) moved++;
+    if (!first && n && s.id === state.current) s.divider = { after: before.get(s.id) || 0, text: '' };
+    if (first && s.oldest > 1 && !s.named) nameSession(client, s);
+  }
+  if (first) {
+    note(`loaded ${plural(total, 'event')} in ${plural(moved, 'session')}`);
+  } else {
+    const text = `caught up ${plural(total, 'message')} in ${plural(moved, 'session')}`;
+    note(text, 'catchup');
+    for (const s of state.sessions.values()) if (s.divider && !s.divider.text) s.divider.text = text;
   }
   const open = state.sessions.get(state.current);
-  const before = open ? open.maxSeq : 0;
-  try {
-    const { total, moved } = await catchUp(first);
-    if (first) {
-      note(`loaded ${plural(total, 'event')} in ${plural(moved, 'session')}`);
-    } else {
-      const text = `caught up ${plural(total, 'message')} in ${plural(moved, 'session')}`;
-      note(text, 'catchup');
-      // Mark in the open conversation where the page came back.
-      if (open && open.maxSeq > before) open.divider = { after: before, text };
-    }
-  } catch (err) {
-    note(`catch-up: ${err.message}`, 'error');
-  }
+  if (open) markRead(open);
   render();
 }
 
-// catchUp is the reconnect path: one changes, then a sync of every session
-// whose max_seq is above what the page was complete up to.
-async function catchUp(first) {
-  const res = await request({ op: 'changes' });
-  let total = 0;
-  let moved = 0;
-  for (const c of res.sessions || []) {
-    const s = session(c.session_id);
-    s.maxSeq = Math.max(s.maxSeq, c.max_seq);
-    if (c.member_version > s.memberVersion) await syncMembers(s);
-    if (c.preview) s.preview = c.preview;
-    if (first && c.max_seq - s.synced > FIRST_LOAD) {
-      // Only recent history, plus the session's first event for its name.
-      await syncSession(s, 1);
-      s.synced = c.max_seq - FIRST_LOAD;
-    }
-    if (c.max_seq > s.synced) {
-      const n = await syncSession(s);
-      total += n;
-      if (n > 0) moved++;
-    }
+// nameSession reads a session's first event (its creation: kind, title)
+// when the first catch-up started after it.
+async function nameSession(client, s) {
+  try {
+    const r = await client.sync(s.id, 0, 1);
+    for (const ev of r.messages) applyCreate(s, ev);
+    s.named = true;
+    scheduleRender();
+  } catch {
+    // the name waits for the next connect
   }
-  return { total, moved };
 }
 
-// syncMembers brings s's members, roles and mutes up to the store's member
-// version with member_changes (docs/protocol.md, "Member list and member
-// sync"), page by page from the version the page holds.
+// applyChange takes a session of a changes result.
+function applyChange(c) {
+  const s = session(c.session_id);
+  s.storeMax = Math.max(s.storeMax, c.max_seq);
+  s.readSeq = Math.max(s.readSeq, c.read_seq || 0);
+  s.unread = c.unread || 0;
+  if (c.preview) s.preview = c.preview;
+  if ((c.member_version || 0) > s.memberVersion) syncMembersSoon(s);
+}
+
+// ---------------------------------------------------------------- events
+
+// onEvent is the SDK's stream: once per event, per session in seq order.
+function onEvent(ev) {
+  const s = session(ev.session_id);
+  if (ev.seq <= s.live) {
+    // The SDK promises this never happens; the browser test checks for it.
+    note(`event ${ev.session_id} #${ev.seq} handed after #${s.live}: out of order or twice`, 'error');
+    return;
+  }
+  if (s.oldest === 0) {
+    s.oldest = ev.seq;
+    s.hasOlder = ev.seq > 1;
+  }
+  s.live = ev.seq;
+  addEvent(s, ev, true);
+  if (s.id === state.current) markRead(s);
+}
+
+// addEvent keeps one event per seq. Live events (the SDK's, in order)
+// also change the session: members, title, edits, recalls; history pages
+// and ACKs only fill in rows.
+function addEvent(s, ev, live) {
+  const had = s.events.get(ev.seq);
+  if (had && !live) return;
+  s.events.set(ev.seq, ev);
+  if (ev.client_msg_id && state.pending.has(ev.client_msg_id)) state.pending.delete(ev.client_msg_id);
+  applyCreate(s, ev);
+  if (live) applyLive(s, ev);
+  scheduleRender();
+}
+
+function applyCreate(s, ev) {
+  if (ev.kind !== 'session_create') return;
+  s.kind = ev.session_kind || s.kind;
+  if (ev.title) s.title = ev.title;
+  s.named = true;
+  if (s.memberVersion === 0) {
+    for (const u of ev.user_ids || []) s.members.add(u);
+    s.members.add(ev.sender_user_id);
+    if (ev.session_kind !== 'direct' && !s.roles.has(ev.sender_user_id)) s.roles.set(ev.sender_user_id, 'owner');
+  }
+}
+
+function applyLive(s, ev) {
+  switch (ev.kind) {
+    case 'group': {
+      const g = ev.group || {};
+      if (ev.action === 'join') s.members.add(ev.sender_user_id);
+      if (ev.action === 'set_role') s.roles.set(g.user_id, g.role);
+      if (ev.action === 'transfer_ownership') { s.roles.set(g.user_id, 'owner'); s.roles.set(ev.sender_user_id, 'admin'); }
+      if (ev.action === 'mute') s.muted.set(g.user_id, g.muted_until_ms || 0);
+      if (ev.action === 'edit' && g.settings && g.settings.title !== undefined) s.title = g.settings.title;
+      syncMembersSoon(s);
+      break;
+    }
+    case 'membership':
+      for (const u of ev.user_ids || []) {
+        if (ev.action === 'remove') s.members.delete(u);
+        else s.members.add(u);
+      }
+      if (ev.action === 'remove' && (ev.user_ids || []).includes(state.user)) s.removed = true;
+      if (ev.action === 'add' && (ev.user_ids || []).includes(state.user)) s.removed = false;
+      if (!s.removed) syncMembersSoon(s);
+      break;
+    case 'edit': {
+      const t = s.events.get(ev.target_seq);
+      if (t) s.events.set(t.seq, { ...t, body: ev.body, type: ev.type, edited: true });
+      break;
+    }
+    case 'recall': {
+      const t = s.events.get(ev.target_seq);
+      if (t) s.events.set(t.seq, { ...t, body: undefined, recalled: true });
+      break;
+    }
+    case 'message':
+      s.preview = bodyText(ev);
+      s.typing.delete(ev.sender_user_id);
+      break;
+  }
+}
+
+// onUnread: the gateway's count of a session and the total, after
+// changes, on every chat event and after a read on any of the user's devices.
+function onUnread(u) {
+  const s = session(u.sessionId);
+  s.unread = u.unread;
+  if (u.readSeq) s.readSeq = Math.max(s.readSeq, u.readSeq);
+  state.totalUnread = u.totalUnread;
+  scheduleRender();
+}
+
+// onReceipt: another member's delivered or read cursor (ephemeral).
+function onReceipt(r) {
+  const s = session(r.sessionId);
+  raise(s.delivered, r.userId, r.seq);
+  if (r.kind === 'read') raise(s.read, r.userId, r.seq);
+  scheduleRender();
+}
+
+function raise(m, k, v) {
+  if ((m.get(k) || 0) < v) m.set(k, v);
+}
+
+// onTyping: another member's indicator, shown until it expires or stops.
+function onTyping(t) {
+  const s = session(t.sessionId);
+  if (t.active) {
+    const ms = t.expiresInMs || 6000;
+    s.typing.set(t.userId, Date.now() + ms);
+    setTimeout(scheduleRender, ms + 50);
+  } else {
+    s.typing.delete(t.userId);
+  }
+  scheduleRender();
+}
+
+function typers(s) {
+  const now = Date.now();
+  return [...s.typing].filter(([, until]) => until > now).map(([u]) => u).sort();
+}
+
+// markRead sends a read receipt for the open session up to what the SDK
+// handed over; the gateway answers every device with the new count.
+function markRead(s) {
+  if (s.readTimer || s.live <= s.readSeq || !state.client) return;
+  s.readTimer = setTimeout(async () => {
+    s.readTimer = 0;
+    const client = state.client;
+    const seq = s.live;
+    if (!client || seq <= s.readSeq) return;
+    try {
+      await client.markRead(s.id, seq);
+      s.readSeq = Math.max(s.readSeq, seq);
+    } catch (err) {
+      if (!(err instanceof ClosedError)) note(`read ${s.id}: ${err.message}`, 'warn');
+    }
+  }, 150);
+}
+
+// ---------------------------------------------------------------- queries
+
+function syncMembersSoon(s) {
+  if (s.membersTimer) return;
+  s.membersTimer = setTimeout(() => {
+    s.membersTimer = 0;
+    syncMembers(s).catch((err) => {
+      if (!(err instanceof ClosedError)) note(`members of ${s.id}: ${err.message}`, 'warn');
+    });
+  }, 50);
+}
+
+// syncMembers applies member_changes after the member version held.
 async function syncMembers(s) {
+  const client = state.client;
+  if (!client) return;
   for (;;) {
-    const r = await request({ op: 'member_changes', session_id: s.id, since_version: s.memberVersion, limit: SYNC_PAGE });
-    for (const c of r.changes || []) {
+    const r = await client.memberChanges(s.id, s.memberVersion, 200);
+    for (const c of r.changes) {
       if (!c.member) {
         s.members.delete(c.user_id);
         s.roles.delete(c.user_id);
@@ -329,232 +463,168 @@ async function syncMembers(s) {
       if (c.role) s.roles.set(c.user_id, c.role);
       if (c.muted_until_ms !== undefined) s.muted.set(c.user_id, c.muted_until_ms);
     }
-    s.memberVersion = Math.max(s.memberVersion, r.member_version || 0);
-    if (!r.has_more) break;
+    s.memberVersion = Math.max(s.memberVersion, r.version);
+    if (!r.hasMore) break;
   }
-}
-
-// syncSession fetches events after s.synced, page by page, and returns how
-// many were new to the page. With limit it stops after that many events.
-async function syncSession(s, limit) {
-  let fresh = 0;
-  for (;;) {
-    const r = await request({ op: 'sync', session_id: s.id, after_seq: s.synced, limit: limit || SYNC_PAGE });
-    const msgs = r.messages || [];
-    for (const m of msgs) {
-      if (addEvent(m, 'sync')) fresh++;
-      s.synced = Math.max(s.synced, m.seq);
-    }
-    if (limit || !r.has_more || msgs.length === 0) break;
-  }
-  return fresh;
-}
-
-// addEvent keeps one event per (session, seq) and applies what it means.
-// It returns whether the event was new to the page.
-function addEvent(ev, via) {
-  const s = session(ev.session_id);
-  const had = s.events.get(ev.seq);
-  // A sync result is the current state (edited, recalled): it wins.
-  if (had && via !== 'sync') return false;
-  s.events.set(ev.seq, ev);
-  s.maxSeq = Math.max(s.maxSeq, ev.seq);
-  switch (ev.kind) {
-    case 'session_create':
-      s.kind = ev.session_kind || s.kind;
-      s.title = ev.title || s.title;
-      for (const u of ev.user_ids || []) s.members.add(u);
-      s.members.add(ev.sender_user_id);
-      if (ev.session_kind !== 'direct' && !s.roles.has(ev.sender_user_id)) s.roles.set(ev.sender_user_id, 'owner');
-      break;
-    case 'group': {
-      const g = ev.group || {};
-      if (ev.action === 'join') s.members.add(ev.sender_user_id);
-      if (ev.action === 'set_role') s.roles.set(g.user_id, g.role);
-      if (ev.action === 'transfer_ownership') { s.roles.set(g.user_id, 'owner'); s.roles.set(ev.sender_user_id, 'admin'); }
-      if (ev.action === 'mute') s.muted.set(g.user_id, g.muted_until_ms || 0);
-      if (ev.action === 'edit' && g.settings && g.settings.title !== undefined) s.title = g.settings.title;
-      break;
-    }
-    case 'membership':
-      for (const u of ev.user_ids || []) {
-        if (ev.action === 'remove') s.members.delete(u);
-        else s.members.add(u);
-      }
-      if (ev.action === 'remove' && (ev.user_ids || []).includes(state.user)) s.removed = true;
-      if (ev.action === 'add' && (ev.user_ids || []).includes(state.user)) s.removed = false;
-      break;
-    case 'edit': {
-      const t = s.events.get(ev.target_seq);
-      if (t && !had) s.events.set(t.seq, { ...t, body: ev.body, type: ev.type, edited: true });
-      break;
-    }
-    case 'recall': {
-      const t = s.events.get(ev.target_seq);
-      if (t && !had) s.events.set(t.seq, { ...t, body: undefined, recalled: true });
-      break;
-    }
-    case 'message':
-      s.preview = bodyText(ev);
-      break;
-  }
-  if (had) {
-    scheduleRender();
-    return false;
-  }
-  // Our own command, pushed before its ACK: the ACK still completes it.
-  const mineCmd = ev.client_msg_id && ev.sender_user_id === state.user && state.outbox.get(ev.client_msg_id);
-  if (mineCmd) mineCmd.seen = ev.seq;
-  if (ev.kind === 'message' && ev.sender_user_id !== state.user && s.id !== state.current) s.unread++;
-  if (via === 'push') watchGap(s, ev.seq);
-  markDelivered(s);
   scheduleRender();
-  return true;
 }
 
-// watchGap syncs a session when a pushed event leaves a hole behind it:
-// the push path is best effort, sync is complete. A hole the store also
-// has is a gap the sequencer left, and is passed once the store has
-// events beyond it.
-function watchGap(s, seq) {
-  let hole = false;
-  for (let q = s.synced + 1; q < seq; q++) {
-    if (!s.events.has(q)) { hole = true; break; }
-  }
-  if (!hole || s.gapTimer) return;
-  s.gapTimer = setTimeout(async () => {
-    s.gapTimer = 0;
-    try {
-      await syncSession(s);
-    } catch {
-      return; // the next connect catches up
+// loadOlder pages back with sync before_seq, newest first.
+async function loadOlder(s) {
+  const client = state.client;
+  if (!client || s.loadingOlder || !s.hasOlder) return;
+  s.loadingOlder = true;
+  try {
+    const r = await client.syncBefore(s.id, s.oldest || s.storeMax + 1, OLDER_PAGE);
+    for (const ev of r.messages) {
+      addEvent(s, ev, false);
+      if (s.oldest === 0 || ev.seq < s.oldest) s.oldest = ev.seq;
     }
-    if (++s.gapTries < 3) watchGap(s, s.maxSeq);
-    else s.gapTries = 0;
-  }, 500);
+    s.hasOlder = r.hasMore && r.messages.length > 0;
+    note(`loaded ${plural(r.messages.length, 'older event')}`);
+  } catch (err) {
+    note(`older history: ${err.message}`, 'error');
+  } finally {
+    s.loadingOlder = false;
+  }
+  render({ keepTop: true });
 }
 
-// markDelivered moves the session's receipt cursor to the highest seq up to
-// which the page holds everything (what the store had, then contiguous).
-function markDelivered(s) {
-  let c = s.synced;
-  while (s.events.has(c + 1)) c++;
-  if (c <= s.delivered) return;
-  s.delivered = c;
-  state.receiptDirty.add(s.id);
-  if (++state.receiptCount >= DELIVERED_FLUSH_COUNT) flushReceipts();
-  else if (!state.receiptTimer) state.receiptTimer = setTimeout(flushReceipts, DELIVERED_FLUSH_MS);
+// lookAround asks, for the opened session, who has read the user's latest
+// message (seen_by: the stored read cursors) and who of the members is
+// online: receipts only tell what changes from then on.
+async function lookAround(s) {
+  const client = state.client;
+  if (!client) return;
+  const mine = [...s.events.values()].filter((ev) => ev.kind === 'message' && ev.sender_user_id === state.user);
+  const last = mine.reduce((m, ev) => Math.max(m, ev.seq), 0);
+  try {
+    if (last) {
+      const r = await client.seenBy(s.id, last);
+      for (const u of r.users) raise(s.read, u, last);
+    }
+    const others = [...s.members].filter((u) => u !== state.user).slice(0, 200);
+    if (others.length) {
+      const p = await client.presence(others);
+      for (const x of p.presence) s.online.set(x.userId, x.online);
+    }
+  } catch (err) {
+    if (!(err instanceof ClosedError)) note(`seen by / presence: ${err.message}`, 'warn');
+  }
+  scheduleRender();
 }
 
-function flushReceipts() {
-  clearTimeout(state.receiptTimer);
-  state.receiptTimer = 0;
-  state.receiptCount = 0;
-  if (state.receiptDirty.size === 0) return;
-  const cursors = [...state.receiptDirty].map((id) => ({ session_id: id, seq: state.sessions.get(id).delivered }));
-  if (write({ op: 'delivered', cursors })) state.receiptDirty.clear();
+// showSeenBy answers "who has read this?" for one of the user's messages.
+async function showSeenBy(s, seq) {
+  if (!state.client) return;
+  try {
+    const r = await state.client.seenBy(s.id, seq);
+    for (const u of r.users) raise(s.read, u, seq);
+    note(`#${seq} seen by ${r.users.length ? r.users.join(', ') : r.count ? r.count : 'nobody yet'} (of ${r.members} members)`);
+  } catch (err) {
+    note(`seen by: ${err.message}`, 'error');
+  }
+  scheduleRender();
 }
 
 // ---------------------------------------------------------------- commands
 
-// command sends a frame with a fresh client_msg_id and keeps it in the
-// outbox until it has its seq; then() runs on the ACK, fail() on an error
-// that retrying cannot fix.
-function command(frame, then, fail) {
-  const id = uuidv7();
-  const c = { frame: { ...frame, client_msg_id: id }, then, fail, status: 'sending', attempts: 1, error: null };
-  state.outbox.set(id, c);
-  if (!write(c.frame)) c.status = 'queued until reconnect';
-  scheduleRender();
-  return c;
-}
-
-function onAck(f) {
-  const c = state.outbox.get(f.client_msg_id);
-  if (!c) return;
-  if (f.status === 'accepted') {
-    c.status = 'accepted'; // durable in Kafka; the seq follows in a seq_notice
-    scheduleRender();
-    return;
-  }
-  state.outbox.delete(f.client_msg_id);
-  if (c.then) c.then(f, c);
+function fail(row, err) {
+  row.failed = err.errorName || err.message;
+  note(`send failed: ${err.errorName ? `${err.errorName}: ` : ''}${err.message}`, 'error');
   scheduleRender();
 }
 
-function onCommandError(f) {
-  const c = state.outbox.get(f.client_msg_id);
-  if (!c) {
-    note(`${f.error.name}: ${f.error.message}`, 'error');
-    return;
-  }
-  if (f.error.retryable && c.attempts < 6) {
-    c.status = `retrying (${f.error.name})`;
-    const wait = 250 * 2 ** c.attempts;
-    c.attempts++;
-    setTimeout(() => { if (state.outbox.has(c.frame.client_msg_id)) write(c.frame); }, wait);
-    scheduleRender();
-    return;
-  }
-  state.outbox.delete(f.client_msg_id);
-  if (c.fail && c.fail(f.error, c)) return;
-  c.status = 'failed';
-  c.error = f.error;
-  note(`${c.frame.op} failed: ${f.error.name}: ${f.error.message}`, 'error');
-  if (c.frame.op === 'send') state.failed.push(c);
-  scheduleRender();
-}
-
-function sendText(text) {
-  const s = state.sessions.get(state.current);
-  if (!s) return;
-  command({ op: 'send', session_id: s.id, type: 'text', body: text, client_ts: Date.now() }, (ack, c) => {
-    // The ACK carries the seq; the pushed event may come before or after it.
-    if (!s.events.has(ack.seq)) {
-      addEvent({
-        session_id: s.id, seq: ack.seq, msg_id: ack.msg_id, client_msg_id: c.frame.client_msg_id,
-        sender_user_id: state.user, sender_device_id: state.device, server_ts: ack.server_ts,
-        kind: 'message', type: 'text', body: text,
-      }, 'ack');
-    }
-    if (ack.duplicate) note(`send retried: same seq ${ack.seq}, same msg_id (deduplicated)`);
-  });
-}
-
-function createDirect(peer) {
-  command({ op: 'create_session', kind: 'direct', peer_user_id: peer }, (ack) => {
-    const s = session(ack.session_id);
-    s.kind = 'direct';
-    s.members = new Set([state.user, peer]);
-    note(`direct session with ${peer} created at seq ${ack.seq}`);
-    openSession(s.id);
-  }, (err) => {
-    if (err.name !== 'session_exists') return false;
-    directSessionID(state.user, peer).then((id) => {
-      if (!id) {
-        note(`you already have a direct session with ${peer}: pick it from the list`);
-        return;
+// track waits for a send's ACK. The pushed event may come before or after
+// it; the ACK's seq and msg_id complete the row either way.
+function track(p, row) {
+  p.wait().then(
+    (ack) => {
+      const s = session(ack.sessionId || row.sessionId);
+      if (!s.events.has(ack.seq)) {
+        addEvent(s, {
+          session_id: s.id, seq: ack.seq, msg_id: ack.msgId, client_msg_id: ack.clientMsgId,
+          sender_user_id: state.user, sender_device_id: state.device, server_ts: ack.serverTs,
+          kind: 'message', type: 'text', body: row.body,
+        }, false);
       }
-      const s = session(id);
-      s.kind = 'direct';
-      if (s.members.size === 0) s.members = new Set([state.user, peer]);
-      note(`a direct session with ${peer} exists (session_exists): opened it`);
-      openSession(id);
-      syncSession(s).catch(() => {});
-    });
-    return true;
-  });
+      state.pending.delete(row.id);
+      if (ack.duplicate) note(`send retried: same seq ${ack.seq}, same msg_id (deduplicated)`);
+      scheduleRender();
+    },
+    (err) => {
+      if (err instanceof ClosedError) return; // the outbox keeps it for the next client
+      fail(row, err);
+    },
+  );
 }
 
-function createGroup(title, members) {
-  command({ op: 'create_session', kind: 'group', title, member_user_ids: members }, (ack) => {
-    const s = session(ack.session_id);
+async function sendText(body) {
+  const s = state.sessions.get(state.current);
+  if (!s || !state.client) return;
+  stopTyping();
+  const row = { id: newMessageId(), sessionId: s.id, body, failed: '' };
+  state.pending.set(row.id, row);
+  render();
+  let p;
+  try {
+    p = await state.client.postMessage(s.id, text(body), { clientMsgId: row.id });
+  } catch (err) {
+    fail(row, err);
+    return;
+  }
+  track(p, row);
+}
+
+async function createDirect(peer) {
+  if (!state.client) return note('not connected', 'error');
+  const known = new Set(state.sessions.keys());
+  try {
+    const id = await state.client.openDirect(peer);
+    const s = session(id);
+    s.kind = 'direct';
+    if (s.members.size === 0) s.members = new Set([state.user, peer]);
+    note(known.has(id) ? `a direct session with ${peer} exists: opened it` : `direct session with ${peer} created`);
+    openSession(id);
+  } catch (err) {
+    note(`direct session with ${peer}: ${err.errorName ? `${err.errorName}: ` : ''}${err.message}`, 'error');
+  }
+}
+
+async function createGroup(title, members) {
+  if (!state.client) return note('not connected', 'error');
+  try {
+    const ack = await state.client.createGroup(title, members);
+    const s = session(ack.sessionId);
     s.kind = 'group';
     s.title = title;
-    s.members = new Set([state.user, ...members]);
+    if (s.memberVersion === 0) {
+      s.members = new Set([state.user, ...members]);
+      s.roles.set(state.user, 'owner');
+    }
     note(`group ${title || s.id} created at seq ${ack.seq}`);
     openSession(s.id);
-  });
+  } catch (err) {
+    note(`create group: ${err.errorName ? `${err.errorName}: ` : ''}${err.message}`, 'error');
+  }
+}
+
+function typing() {
+  const s = state.sessions.get(state.current);
+  if (!s || !state.client || state.conn !== 'connected') return;
+  if (!$('send-text').value.trim()) return stopTyping();
+  if (state.typingIn === s.id && Date.now() - state.typingSent < TYPING_EVERY_MS) return;
+  state.typingSent = Date.now();
+  state.typingIn = s.id;
+  state.client.setTyping(s.id, true).catch(() => {}); // ephemeral: a lost one expires by itself
+}
+
+function stopTyping() {
+  if (!state.typingIn || !state.client) return;
+  const id = state.typingIn;
+  state.typingIn = '';
+  state.typingSent = 0;
+  if (state.conn === 'connected') state.client.setTyping(id, false).catch(() => {});
 }
 
 // ---------------------------------------------------------------- view
@@ -594,14 +664,15 @@ function setConn(conn, detail) {
   const c = $('conn');
   c.dataset.state = conn;
   let text = { connecting: 'connecting…', connected: 'connected', disconnected: 'disconnected', offline: 'offline' }[conn];
-  if (conn === 'connected' && state.hello) text += ` · ${state.hello.gateway_id}`;
+  if (conn === 'connected' && state.hello) text += ` · ${state.hello.gatewayId}`;
   if (detail) text += ` · ${detail}`;
   c.textContent = text;
-  c.title = state.hello ? `conn ${state.hello.conn_id}, heartbeat ${state.hello.heartbeat_ms} ms` : '';
+  c.title = state.hello ? `conn ${state.hello.connId}` : '';
   const t = $('toggle');
   t.hidden = !state.token;
   t.textContent = state.online ? 'disconnect' : 'reconnect';
-  renderComposer();
+  if (conn !== 'connected') state.typingIn = '';
+  scheduleRender();
 }
 
 function note(text, kind) {
@@ -621,29 +692,36 @@ function scheduleRender() {
 function openSession(id) {
   state.current = id;
   const s = session(id);
-  s.unread = 0;
   render();
   $('send-text').focus();
+  markRead(s);
+  if (s.memberVersion === 0 && !s.removed) syncMembersSoon(s);
+  lookAround(s);
+  if (s.hasOlder && s.events.size < 20) loadOlder(s);
 }
 
-function render() {
+function render(opts) {
   renderSessions();
-  renderConversation();
+  renderConversation(opts || {});
   renderComposer();
+  document.title = `${state.totalUnread ? `(${state.totalUnread}) ` : ''}${state.user || 'log in'} · seqflow chat`;
 }
 
 function renderSessions() {
   const list = [...state.sessions.values()].sort((a, b) => lastTs(b) - lastTs(a) || a.id.localeCompare(b.id));
-  const ul = $('sessions');
-  ul.replaceChildren(...list.map((s) => el('li', {
-    'data-session': s.id, 'data-kind': s.kind, class: s.id === state.current ? 'active' : '', onclick: () => openSession(s.id),
-  },
-  el('span', { class: 'name' }, sessionName(s)),
-  el('span', { class: `kind ${s.kind}` }, s.kind),
-  s.unread ? el('span', { class: 'unread' }, String(s.unread)) : null,
-  el('span', { class: 'preview' }, s.removed ? 'you were removed' : s.preview || ' '),
-  el('span', { class: 'seqinfo' }, `seq ${s.maxSeq}`))));
+  $('sessions').replaceChildren(...list.map((s) => {
+    const who = typers(s);
+    return el('li', {
+      'data-session': s.id, 'data-kind': s.kind, 'data-unread': s.unread, class: s.id === state.current ? 'active' : '', onclick: () => openSession(s.id),
+    },
+    el('span', { class: 'name' }, sessionName(s)),
+    el('span', { class: `kind ${s.kind}` }, s.kind),
+    s.unread ? el('span', { class: 'unread', title: 'unread, as the gateway counts them' }, String(s.unread)) : null,
+    el('span', { class: `preview${who.length ? ' typing' : ''}` }, who.length ? `${who.join(', ')} typing…` : s.removed ? 'you were removed' : s.preview || ' '),
+    el('span', { class: 'seqinfo' }, `seq ${Math.max(s.live, s.storeMax)}`));
+  }));
   $('no-sessions').hidden = list.length > 0;
+  $('total-unread').textContent = state.totalUnread ? `${state.totalUnread} unread` : '';
 }
 
 function lastTs(s) {
@@ -652,12 +730,14 @@ function lastTs(s) {
   return ts;
 }
 
-function renderConversation() {
+function renderConversation({ keepTop }) {
   const s = state.sessions.get(state.current);
   const ol = $('messages');
   if (!s) {
     $('conv-title').textContent = 'Pick a session';
     $('conv-meta').textContent = state.sessions.size ? '' : 'or start one on the left';
+    $('people').hidden = true;
+    $('typing').textContent = '';
     ol.replaceChildren();
     return;
   }
@@ -667,27 +747,69 @@ function renderConversation() {
     el('span', { class: `kind ${s.kind}` }, s.kind), ' ',
     el('span', { class: 'members' }, [...s.members].sort().map((u) => memberLabel(s, u)).join(', ')), ' ',
     el('code', { title: 'session_id' }, s.id));
-  const stick = ol.scrollHeight - ol.scrollTop - ol.clientHeight < 40;
+  renderMembers(s);
+  const who = typers(s);
+  $('typing').textContent = who.length ? `${who.join(', ')} ${who.length === 1 ? 'is' : 'are'} typing…` : '';
+  const fromBottom = ol.scrollHeight - ol.scrollTop - ol.clientHeight;
+  const height = ol.scrollHeight;
   const rows = [];
+  if (s.hasOlder) {
+    rows.push(el('li', { class: 'older' }, el('button', {
+      type: 'button', id: 'load-older', class: 'quiet', disabled: s.loadingOlder, onclick: () => loadOlder(s),
+    }, s.loadingOlder ? 'loading…' : 'load older messages')));
+  }
   let divided = !s.divider;
   for (const ev of [...s.events.values()].sort((a, b) => a.seq - b.seq)) {
     if (!divided && ev.seq > s.divider.after) {
       rows.push(el('li', { class: 'divider' }, s.divider.text));
       divided = true;
     }
-    rows.push(eventRow(ev));
+    rows.push(eventRow(s, ev));
   }
-  for (const c of state.outbox.values()) {
-    if (c.frame.op === 'send' && c.frame.session_id === s.id && !c.seen) rows.push(pendingRow(c));
-  }
-  for (const c of state.failed) {
-    if (c.frame.session_id === s.id) rows.push(pendingRow(c));
+  for (const row of state.pending.values()) {
+    if (row.sessionId === s.id) rows.push(pendingRow(row));
   }
   ol.replaceChildren(...rows);
-  if (stick) ol.scrollTop = ol.scrollHeight;
+  if (keepTop) ol.scrollTop = ol.scrollHeight - height;
+  else if (fromBottom < 40) ol.scrollTop = ol.scrollHeight;
 }
 
-function eventRow(ev) {
+function renderMembers(s) {
+  $('people').hidden = false;
+  $('member-count').textContent = String(s.members.size);
+  $('member-list').replaceChildren(...[...s.members].sort().map((u) => {
+    const online = s.online.get(u);
+    return el('li', { 'data-user': u, 'data-role': s.roles.get(u) || 'member' },
+      el('span', { class: `dot${u === state.user || online ? ' on' : ''}`, title: online === undefined && u !== state.user ? 'presence unknown' : online || u === state.user ? 'online' : 'offline' }),
+      el('span', { class: 'user' }, u === state.user ? `${u} (you)` : u),
+      memberTags(s, u));
+  }));
+}
+
+function memberTags(s, u) {
+  const role = s.roles.get(u);
+  const muted = (s.muted.get(u) || 0) > Date.now();
+  const tags = [role && role !== 'member' ? role : '', muted ? 'muted' : ''].filter(Boolean).join(' · ');
+  return tags ? el('span', { class: 'role' }, tags) : null;
+}
+
+// ticks is what the user's own message shows of the others: in a direct
+// session sent / delivered / read, in a group "seen by" (read cursors).
+function ticks(s, ev) {
+  const others = [...s.members].filter((u) => u !== state.user);
+  if (s.kind === 'direct') {
+    const peer = others[0] || '';
+    const st = (s.read.get(peer) || 0) >= ev.seq ? 'read' : (s.delivered.get(peer) || 0) >= ev.seq ? 'delivered' : 'sent';
+    return el('span', { class: `ticks ${st}`, 'data-state': st, title: st }, { sent: '✓ sent', delivered: '✓✓ delivered', read: '✓✓ read' }[st]);
+  }
+  const seen = others.filter((u) => (s.read.get(u) || 0) >= ev.seq).sort();
+  return el('button', {
+    type: 'button', class: 'seen', 'data-seen': seen.join(','), 'data-count': seen.length,
+    title: 'ask the gateway who has read it', onclick: () => showSeenBy(s, ev.seq),
+  }, seen.length === 0 ? 'seen by nobody yet' : seen.length <= 3 ? `seen by ${seen.join(', ')}` : `seen by ${seen.length}`);
+}
+
+function eventRow(s, ev) {
   const mine = ev.sender_user_id === state.user;
   const when = ev.server_ts ? new Date(ev.server_ts).toLocaleTimeString() : '';
   const attrs = { 'data-seq': ev.seq, 'data-msg-id': ev.msg_id, 'data-kind': ev.kind, 'data-sender': ev.sender_user_id };
@@ -700,7 +822,8 @@ function eventRow(ev) {
     seq,
     el('span', { class: 'who' }, `${ev.sender_user_id}${ev.sender_device_id ? '/' + ev.sender_device_id : ''}`),
     el('span', { class: 'body' }, ev.recalled ? 'message recalled' : bodyText(ev)),
-    el('span', { class: 'meta' }, `${ev.edited ? 'edited · ' : ''}msg_id `, el('code', { class: 'msgid' }, ev.msg_id || ''), ` · ${when}`));
+    el('span', { class: 'meta' }, `${ev.edited ? 'edited · ' : ''}msg_id `, el('code', { class: 'msgid' }, ev.msg_id || ''), ` · ${when}`,
+      mine && !ev.recalled ? ' · ' : null, mine && !ev.recalled ? ticks(s, ev) : null));
 }
 
 // memberLabel is a member as the header lists it: with its role when not
@@ -745,22 +868,23 @@ function systemText(ev) {
   }
 }
 
-function pendingRow(c) {
-  const status = c.status === 'failed' ? `failed: ${c.error.name}` : c.status === 'accepted' ? 'accepted, seq pending' : c.status;
-  return el('li', { class: `msg mine pending${c.status === 'failed' ? ' failed' : ''}`, 'data-client-msg-id': c.frame.client_msg_id },
+function pendingRow(row) {
+  const status = row.failed ? `failed: ${row.failed}` : state.conn === 'connected' ? 'sending' : 'queued until reconnect (kept in this browser)';
+  return el('li', { class: `msg mine pending${row.failed ? ' failed' : ''}`, 'data-client-msg-id': row.id },
     el('span', { class: 'seq' }, '…'),
     el('span', { class: 'who' }, `${state.user}/${state.device}`),
-    el('span', { class: 'body' }, c.frame.body),
+    el('span', { class: 'body' }, row.body),
     el('span', { class: 'meta' }, status));
 }
 
 function renderComposer() {
   const s = state.sessions.get(state.current);
-  const ok = !!s && !s.removed;
+  const ok = !!s && !s.removed && !!state.client;
   $('send-text').disabled = !ok;
   $('send-button').disabled = !ok;
   $('send-text').placeholder = !s ? 'pick a session' : s.removed ? 'you are no longer a member'
-    : state.conn === 'connected' ? `message ${sessionName(s)}` : 'offline: messages wait and are sent on reconnect';
+    : !state.client ? 'offline: reconnect to send'
+      : state.conn === 'connected' ? `message ${sessionName(s)}` : 'disconnected: messages wait in this browser and are sent on reconnect';
 }
 
 // ---------------------------------------------------------------- wiring
@@ -771,8 +895,7 @@ function showChat() {
   $('logout').hidden = false;
   $('conn').hidden = false;
   $('whoami').textContent = `${state.user}/${state.device}`;
-  document.title = `${state.user} · seqflow chat`;
-  connect();
+  start();
   render();
 }
 
@@ -813,17 +936,19 @@ function init() {
   });
   $('send-form').addEventListener('submit', (e) => {
     e.preventDefault();
-    const text = $('send-text').value;
-    if (!text.trim()) return;
-    sendText(text);
+    const body = $('send-text').value;
+    if (!body.trim()) return;
+    sendText(body);
     $('send-text').value = '';
   });
-  $('toggle').addEventListener('click', () => (state.online ? disconnect() : connect()));
+  $('send-text').addEventListener('input', typing);
+  $('send-text').addEventListener('blur', stopTyping);
+  $('toggle').addEventListener('click', () => (state.online ? disconnect() : start()));
   $('logout').addEventListener('click', logout);
 
   const saved = JSON.parse(sessionStorage.getItem('seqflow.login') || 'null');
   if (saved && saved.token) {
-    Object.assign(state, { token: saved.token, user: saved.user, device: saved.device });
+    Object.assign(state, { token: saved.token, user: saved.user, device: saved.device, pasted: !!saved.pasted });
     showChat();
   }
 }
