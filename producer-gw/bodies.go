@@ -8,13 +8,12 @@ import (
 	"net/http"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/internal/erasure"
 	"github.com/seqflow/seqflow/internal/keystore"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -78,10 +77,11 @@ func (b *bodies) open(ctx context.Context, keyID int64, body []byte, session, se
 	return plain, false, nil
 }
 
-// openEvent returns ev with its content's body opened: ev itself when
-// nothing is sealed, else a copy. erased: the body's key was destroyed (the
-// copy has no body).
-func (b *bodies) openEvent(ctx context.Context, ev *imv1.SequencedEvent) (out *imv1.SequencedEvent, erased bool, err error) {
+// wireEvent is ev as a client sees it, with its content's body opened
+// (no copy of ev is made). Erased is set when the body's key was
+// destroyed (the message then has no body).
+func (b *bodies) wireEvent(ctx context.Context, ev *imv1.SequencedEvent) (wire.Message, error) {
+	msg := wire.FromEvent(ev)
 	var c *imv1.MessageContent
 	switch p := ev.Payload.(type) {
 	case *imv1.SequencedEvent_Message:
@@ -90,21 +90,14 @@ func (b *bodies) openEvent(ctx context.Context, ev *imv1.SequencedEvent) (out *i
 		c = p.Edit.GetContent()
 	}
 	if c.GetKeyId() == 0 {
-		return ev, false, nil
+		return msg, nil
 	}
 	plain, erased, err := b.open(ctx, c.KeyId, c.Body, ev.SessionId, ev.SenderUserId)
 	if err != nil {
-		return nil, false, err
+		return wire.Message{}, err
 	}
-	out = proto.CloneOf(ev)
-	oc := &imv1.MessageContent{Type: c.Type, Body: plain}
-	switch p := out.Payload.(type) {
-	case *imv1.SequencedEvent_Message:
-		p.Message = oc
-	case *imv1.SequencedEvent_Edit:
-		p.Edit.Content = oc
-	}
-	return out, erased, nil
+	msg.Body, msg.Erased = wire.BodyJSON(c.Type, plain), erased
+	return msg, nil
 }
 
 // openStored opens a stored message's body in place; erased as openEvent.

@@ -168,7 +168,7 @@ func (d *downlink) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient
 			continue
 		}
 		if frame == nil {
-			opened, erased, err := d.bodies.openEvent(context.Background(), ev)
+			msg, err := d.bodies.wireEvent(context.Background(), ev)
 			if err != nil {
 				// No plaintext to push: the clients fill the gap by sync
 				// once the key store answers (docs/erasure.md).
@@ -176,8 +176,6 @@ func (d *downlink) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient
 				d.m.pushItems.WithLabelValues("dropped_key_unavailable").Add(float64(len(recipients)))
 				return
 			}
-			msg := wire.FromEvent(opened)
-			msg.Erased = erased
 			ef := wire.EventFrame{Op: wire.OpEvent, Event: msg}
 			if frame, err = ef.AppendJSON(nil); err != nil {
 				d.log.Error("encode event frame", "session_id", ev.SessionId, "seq", ev.Seq, "err", err)

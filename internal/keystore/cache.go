@@ -14,6 +14,11 @@ import (
 // those sessions to PostgreSQL in the same moment (seen as a doubled ACK
 // p99 in the benchmark with a fixed TTL). ttl stays the bound on how long
 // an entry is used.
+//
+// An entry past half its life is stale: still served, and Get says so,
+// so the Store can confirm it with PostgreSQL in the background and add it
+// again before it expires (refresh-ahead): a key in use never leaves the
+// cache to be fetched again on a client's path.
 type cache[K comparable, V any] struct {
 	lru *lru.Cache[K, entry[V]]
 	ttl time.Duration
@@ -22,6 +27,7 @@ type cache[K comparable, V any] struct {
 
 type entry[V any] struct {
 	v       V
+	stale   time.Time
 	expires time.Time
 }
 
@@ -33,16 +39,27 @@ func newCache[K comparable, V any](size int, ttl time.Duration, now func() time.
 	return &cache[K, V]{lru: l, ttl: ttl, now: now}
 }
 
-func (c *cache[K, V]) Get(k K) (V, bool) {
+// Get returns k's value while it has not expired; stale is true once it
+// is past half its life.
+func (c *cache[K, V]) Get(k K) (v V, ok, stale bool) {
 	e, ok := c.lru.Get(k)
-	if !ok || !c.now().Before(e.expires) {
+	now := c.now()
+	if !ok || !now.Before(e.expires) {
 		var zero V
-		return zero, false
+		return zero, false, false
 	}
-	return e.v, true
+	return e.v, true, !now.Before(e.stale)
 }
 
-func (c *cache[K, V]) Add(k K, v V) {
+func (c *cache[K, V]) Add(k K, v V) { c.AddAsOf(k, v, c.now()) }
+
+// AddAsOf adds k with a life counted from asOf: the moment its value was
+// last read from PostgreSQL.
+func (c *cache[K, V]) AddAsOf(k K, v V, asOf time.Time) {
 	half := c.ttl / 2
-	c.lru.Add(k, entry[V]{v: v, expires: c.now().Add(half + rand.N(half+1))})
+	now := asOf
+	life := half + rand.N(half+1)
+	c.lru.Add(k, entry[V]{v: v, stale: now.Add(life / 2), expires: now.Add(life)})
 }
+
+func (c *cache[K, V]) Remove(k K) { c.lru.Remove(k) }

@@ -12,8 +12,10 @@
 // a cloud KMS can take the KEK's place. The store never holds a key in
 // plaintext; the processes that seal or open bodies (the gateway, and any
 // consumer given the KEK) keep unwrapped keys in a bounded cache for at most
-// CacheTTL, which bounds how long a destroyed key still opens a body in a
-// running process.
+// CacheTTL after PostgreSQL last confirmed the key, which bounds how long a
+// destroyed key still opens a body in a running process. A key in use is
+// confirmed in the background once past half its life (refresh-ahead), so
+// it is not fetched again on a client's path.
 //
 // A key-store outage is an error (ErrUnavailable) that callers turn into
 // back-pressure; nothing falls back to plaintext.
@@ -30,6 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -123,6 +127,13 @@ type Store struct {
 	byID   *cache[int64, cipher.AEAD]
 	gone   *cache[int64, error] // destroyed or unknown: final
 	bySlot *cache[slot, Key]
+
+	// refreshing holds the cache keys (an int64 ID or a slot) being
+	// confirmed in the background; refreshSlots bounds how many at once.
+	refreshing   sync.Map
+	refreshSlots chan struct{}
+	// misses counts lookups that went to PostgreSQL on the caller's path.
+	misses atomic.Int64
 }
 
 // Key is an unwrapped data key.
@@ -162,6 +173,77 @@ func newStore(pool *pgxpool.Pool, w Wrapper, o Options) *Store {
 		byID:   newCache[int64, cipher.AEAD](o.CacheSize, o.CacheTTL, time.Now),
 		gone:   newCache[int64, error](o.CacheSize, time.Hour, time.Now),
 		bySlot: newCache[slot, Key](o.CacheSize, o.CacheTTL, time.Now),
+
+		refreshSlots: make(chan struct{}, maxRefreshes),
+	}
+}
+
+// maxRefreshes bounds the background confirmations running at once; a
+// stale entry that finds no slot is served until it expires, and then
+// fetched on the caller's path as any miss.
+const maxRefreshes = 4
+
+// refreshTimeout bounds one background confirmation.
+const refreshTimeout = 5 * time.Second
+
+// refreshAhead runs confirm in the background for the cache key k unless
+// one already runs for it or maxRefreshes do. confirm re-reads the key's
+// row and adds the entry again, or removes it when the key is gone, so a
+// key in use stays cached and a destroyed one still leaves every cache
+// within CacheTTL of its last confirmation.
+func (s *Store) refreshAhead(k any, confirm func(ctx context.Context) error) {
+	if _, busy := s.refreshing.LoadOrStore(k, struct{}{}); busy {
+		return
+	}
+	select {
+	case s.refreshSlots <- struct{}{}:
+	default:
+		s.refreshing.Delete(k)
+		return
+	}
+	go func() {
+		defer func() { <-s.refreshSlots; s.refreshing.Delete(k) }()
+		ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+		defer cancel()
+		_ = confirm(ctx) // on error the entry expires as it would have; the next miss reports it
+	}()
+}
+
+// confirmID keeps key id's unwrapped key a in the cache while its row
+// exists.
+func (s *Store) confirmID(id int64, a cipher.AEAD) func(context.Context) error {
+	return func(ctx context.Context) error {
+		var exists bool
+		asOf := time.Now()
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seqflow_data_keys WHERE key_id = $1)`, id).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			s.byID.AddAsOf(id, a, asOf)
+		} else {
+			s.byID.Remove(id)
+		}
+		return nil
+	}
+}
+
+// confirmSlot keeps k as sl's key while it is still the slot's row.
+func (s *Store) confirmSlot(sl slot, k Key) func(context.Context) error {
+	return func(ctx context.Context) error {
+		var id int64
+		asOf := time.Now()
+		err := s.pool.QueryRow(ctx, `SELECT key_id FROM seqflow_data_keys
+			WHERE owner_user_id = $1 AND session_id = $2 AND period_start = to_timestamp($3)`,
+			sl.owner, sl.session, sl.period).Scan(&id)
+		switch {
+		case err == nil && id == k.ID:
+			s.bySlot.AddAsOf(sl, k, asOf)
+		case err == nil || errors.Is(err, pgx.ErrNoRows):
+			s.bySlot.Remove(sl)
+		default:
+			return err
+		}
+		return nil
 	}
 }
 
@@ -227,9 +309,13 @@ func ensureTables(ctx context.Context, pool *pgxpool.Pool) error {
 // making it on first use in the period.
 func (s *Store) ForWrite(ctx context.Context, owner, session string) (Key, error) {
 	sl := slot{owner, session, s.periodStart(s.opts.Now()).Unix()}
-	if k, ok := s.bySlot.Get(sl); ok {
+	if k, ok, stale := s.bySlot.Get(sl); ok {
+		if stale {
+			s.refreshAhead(sl, s.confirmSlot(sl, k))
+		}
 		return k, nil
 	}
+	s.misses.Add(1)
 	// Most misses find the key made earlier in the period: one query. (A
 	// key found here and destroyed by an erasure a moment later seals a
 	// body that is then erased with the rest: the erasure's promise holds.)
@@ -299,12 +385,16 @@ func (s *Store) ForWrite(ctx context.Context, owner, session string) (Key, error
 
 // Get returns key id for opening a body: ErrDestroyed once destroyed.
 func (s *Store) Get(ctx context.Context, id int64) (Key, error) {
-	if a, ok := s.byID.Get(id); ok {
+	if a, ok, stale := s.byID.Get(id); ok {
+		if stale {
+			s.refreshAhead(id, s.confirmID(id, a))
+		}
 		return Key{ID: id, aead: a}, nil
 	}
-	if err, ok := s.gone.Get(id); ok {
+	if err, ok, _ := s.gone.Get(id); ok {
 		return Key{}, err
 	}
+	s.misses.Add(1)
 	var (
 		wrapped []byte
 		kekID   string

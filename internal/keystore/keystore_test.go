@@ -344,3 +344,62 @@ func TestRotateKEK(t *testing.T) {
 		}
 	}
 }
+
+// TestKeysInUseStayCached: a key used all the time is confirmed in the
+// background before its cache entry expires, so neither sealing nor
+// opening goes to PostgreSQL on the caller's path again after the first
+// use, over many cache lives; once destroyed, it still leaves the cache
+// within the TTL.
+func TestKeysInUseStayCached(t *testing.T) {
+	ctx := context.Background()
+	p, kek := pool(t), newKEK(t)
+	const ttl = 200 * time.Millisecond
+	s := open(t, p, kek, Options{CacheTTL: ttl})
+	reader := open(t, p, kek, Options{CacheTTL: ttl})
+	alice, sess := id("alice"), id("s")
+	c := &imv1.MessageContent{Type: "text", Body: []byte("hello")}
+	if err := s.SealContent(ctx, sess, alice, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.OpenBody(ctx, c.KeyId, c.Body, sess, alice); err != nil {
+		t.Fatal(err)
+	}
+	sealMisses, openMisses := s.misses.Load(), reader.misses.Load()
+	if sealMisses != 1 || openMisses != 1 {
+		t.Fatalf("first use: %d seal misses, %d open misses, want 1 each", sealMisses, openMisses)
+	}
+	for end := time.Now().Add(10 * ttl); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if _, err := s.ForWrite(ctx, alice, sess); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reader.OpenBody(ctx, c.KeyId, c.Body, sess, alice); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.misses.Load(); got != sealMisses {
+		t.Errorf("sealing went to PostgreSQL %d more times over 10 cache lives of a key in use", got-sealMisses)
+	}
+	if got := reader.misses.Load(); got != openMisses {
+		t.Errorf("opening went to PostgreSQL %d more times over 10 cache lives of a key in use", got-openMisses)
+	}
+
+	if _, err := s.EraseUser(ctx, alice, "test"); err != nil {
+		t.Fatal(err)
+	}
+	erased := time.Now()
+	for {
+		_, err := reader.OpenBody(ctx, c.KeyId, c.Body, sess, alice)
+		if errors.Is(err, ErrDestroyed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The bound is the TTL since the last confirmation, which came
+		// before the erasure; allow a scheduling margin on a busy box.
+		if time.Since(erased) > ttl+time.Second {
+			t.Fatalf("an erased key still opens %v after the erasure (cache TTL %v)", time.Since(erased), ttl)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
