@@ -60,6 +60,7 @@ function session(id) {
       hasOlder: false, loadingOlder: false,
       storeMax: 0, // max_seq from the latest changes
       unread: 0, readSeq: 0, // from the gateway: never counted here
+      seen: 0, // the highest seq shown while the session was open
       read: new Map(), // other user → read cursor (receipts, seen_by)
       delivered: new Map(), // other user → delivered cursor (receipts)
       typing: new Map(), // other user → shown until (ms)
@@ -223,6 +224,26 @@ function onConnect(client, h) {
   const first = state.connects === 1;
   const before = new Map([...state.sessions.values()].map((s) => [s.id, s.live]));
   settle(client, first, before);
+  client.readReceipts().then((on) => showReceipts(on), () => {});
+}
+
+function showReceipts(on) {
+  $('receipts').hidden = false;
+  $('read-receipts').checked = on;
+}
+
+// setReadReceipts turns the user's read receipts on or off on every
+// device: the others stop seeing "read" and "seen by" from the user.
+async function setReadReceipts(on) {
+  if (!state.client) return showReceipts(!on);
+  try {
+    const now = await state.client.setReadReceipts(on);
+    showReceipts(now);
+    note(`read receipts ${now ? 'on' : 'off'}`);
+  } catch (err) {
+    showReceipts(!on);
+    note(`read receipts: ${err.message}`, 'error');
+  }
 }
 
 function onDisconnect(err) {
@@ -416,21 +437,33 @@ function typers(s) {
   return [...s.typing].filter(([, until]) => until > now).map(([u]) => u).sort();
 }
 
-// markRead sends a read receipt for the open session up to what the SDK
-// handed over; the gateway answers every device with the new count.
+// markRead records that the open session was seen up to what the SDK
+// handed over, and sends a read receipt for it (debounced): what was on
+// screen is read even when the user moves on before the receipt leaves.
+// The gateway answers every device with the new unread count.
 function markRead(s) {
-  if (s.readTimer || s.live <= s.readSeq || !state.client) return;
+  if (s.id !== state.current) return;
+  s.seen = Math.max(s.seen, s.live);
+  sendRead(s);
+}
+
+function sendRead(s) {
+  if (s.readTimer || s.seen <= s.readSeq || !state.client) return;
   s.readTimer = setTimeout(async () => {
-    s.readTimer = 0;
     const client = state.client;
-    const seq = s.live;
-    if (!client || seq <= s.readSeq) return;
+    const seq = s.seen;
     try {
-      await client.markRead(s.id, seq);
-      s.readSeq = Math.max(s.readSeq, seq);
+      if (client && seq > s.readSeq) {
+        await client.markRead(s.id, seq);
+        s.readSeq = Math.max(s.readSeq, seq);
+      }
     } catch (err) {
       if (!(err instanceof ClosedError)) note(`read ${s.id}: ${err.message}`, 'warn');
+      return; // the next event or opening of the session tries again
+    } finally {
+      s.readTimer = 0;
     }
+    sendRead(s); // seen moved on while the receipt was in flight
   }, 150);
 }
 
@@ -944,6 +977,7 @@ function init() {
   $('send-text').addEventListener('input', typing);
   $('send-text').addEventListener('blur', stopTyping);
   $('toggle').addEventListener('click', () => (state.online ? disconnect() : start()));
+  $('read-receipts').addEventListener('change', (e) => setReadReceipts(e.target.checked));
   $('logout').addEventListener('click', logout);
 
   const saved = JSON.parse(sessionStorage.getItem('seqflow.login') || 'null');
