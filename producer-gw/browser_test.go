@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
 
 	"github.com/seqflow/seqflow/internal/testkit/proc"
 )
@@ -380,6 +381,21 @@ func TestBrowserChat(t *testing.T) {
 	if f := probe.result(sid); f.Op != "result" || f.ReadReceipts {
 		t.Fatalf("settings after the page turned read receipts off: %s", f.raw)
 	}
+
+	// Devices: bob's page lists the probe and signs it out; the gateway
+	// closes the probe's connection with 4002 signed_out.
+	bob.do("refresh devices", chromedp.Click(chromedp.CSS("#devices-refresh")))
+	wait[bool](bob, "devices listed", `!!document.querySelector('#devices li[data-device="browser"][data-current]') && !document.querySelector('#devices li[data-device="browser"] .sign-out') && !!document.querySelector('#devices li[data-device="probe"][data-online="true"] .sign-out')`)
+	wait[bool](bob, "sign out the probe", `(() => { const b = document.querySelector('#devices li[data-device="probe"] .sign-out'); if (!b) return false; b.click(); return true; })()`)
+	select {
+	case <-probe.done:
+		if code := websocket.CloseStatus(probe.closeErr()); code != 4002 {
+			t.Fatalf("the signed-out probe's connection closed with %v (%d), want 4002", probe.closeErr(), code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the probe's connection is still open 10 s after the page signed it out")
+	}
+	wait[bool](bob, "signed out noted", `[...document.querySelectorAll('#log li')].some((li) => li.textContent.includes('signed out probe'))`)
 	t.Logf("alice: %s", alice.screenshot("direct"))
 }
 

@@ -290,6 +290,38 @@ async function settle(client, first, before) {
   const open = state.sessions.get(state.current);
   if (open) markRead(open);
   render();
+  refreshDevices();
+}
+
+// refreshDevices lists the user's devices (online first), each but this
+// one with a sign-out button: its tokens stop working and its connections
+// close with 4002 signed_out.
+async function refreshDevices() {
+  const client = state.client;
+  if (!client) return;
+  let list;
+  try {
+    list = await client.devices();
+  } catch (err) {
+    if (!(err instanceof ClosedError)) note(`devices: ${err.message}`, 'warn');
+    return;
+  }
+  $('devices').replaceChildren(...list.map((d) => el('li', { 'data-device': d.deviceId, 'data-current': d.current ? 'true' : null, 'data-online': String(d.online) },
+    el('span', { class: `dot${d.online ? ' on' : ''}` }),
+    el('span', { class: 'device' }, `${d.deviceId}${d.platform ? ` (${d.platform})` : ''}`),
+    el('span', { class: 'seen-at' }, d.current ? 'this device' : d.online ? `online${d.connections > 1 ? ` ×${d.connections}` : ''}` : `seen ${new Date(d.lastSeenMs).toLocaleString()}`),
+    d.current ? null : el('button', { type: 'button', class: 'sign-out link', onclick: () => signOut(d.deviceId) }, 'sign out'))));
+}
+
+async function signOut(deviceId) {
+  if (!state.client) return;
+  try {
+    await state.client.signOutDevice(deviceId);
+    note(`signed out ${deviceId}`);
+  } catch (err) {
+    note(`sign out ${deviceId}: ${err.message}`, 'error');
+  }
+  refreshDevices();
 }
 
 // nameSession reads a session's first event (its creation: kind, title)
@@ -978,6 +1010,7 @@ function init() {
   $('send-text').addEventListener('blur', stopTyping);
   $('toggle').addEventListener('click', () => (state.online ? disconnect() : start()));
   $('read-receipts').addEventListener('change', (e) => setReadReceipts(e.target.checked));
+  $('devices-refresh').addEventListener('click', refreshDevices);
   $('logout').addEventListener('click', logout);
 
   const saved = JSON.parse(sessionStorage.getItem('seqflow.login') || 'null');
