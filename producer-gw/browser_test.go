@@ -524,9 +524,7 @@ func TestBrowserGatewayKill(t *testing.T) {
 	bob.do("send while down", chromedp.SetValue(chromedp.CSS("#send-text"), typed), chromedp.Click(chromedp.CSS("#send-button")))
 	pendingID := wait[string](bob, "the pending row", fmt.Sprintf(
 		`(() => { const li = [...document.querySelectorAll('#messages li.pending')].find((li) => li.querySelector('.body').textContent === %q); return li ? li.dataset.clientMsgId : ''; })()`, typed))
-	if n := bob.outboxSize(); n != 1 {
-		bob.fail("the outbox holds %d commands while the gateway is down, want 1 (the typed message)", n)
-	}
+	bob.outboxHolds(1, "while the gateway is down (the typed message)")
 	if err := gwB.Start(); err != nil {
 		t.Fatalf("restart gw-b: %v", err)
 	}
@@ -559,9 +557,7 @@ func TestBrowserGatewayKill(t *testing.T) {
 	if len(twice) > 0 {
 		bob.fail("the activity log has errors: %q", twice)
 	}
-	if n := bob.outboxSize(); n != 0 {
-		bob.fail("the outbox holds %d commands after the ACK, want 0", n)
-	}
+	bob.outboxHolds(0, "after the ACK")
 	bob.unreadIs(group, 0) // the group is open: the page read it, and the gateway's count says so
 	t.Logf("bob: %s", bob.screenshot("after-kill"))
 }
@@ -597,6 +593,20 @@ func (b *tab) shown(text string) row {
 		b.fail("%q shows seq %d msg_id %q", text, r.Seq, r.MsgID)
 	}
 	return r
+}
+
+// outboxHolds waits up to 5 s for the page's IndexedDB outbox to hold n
+// commands: the SDK records a send there before it leaves, and removes it
+// after its ACK without waiting.
+func (b *tab) outboxHolds(n int, when string) {
+	b.t.Helper()
+	got := -1
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got = b.outboxSize(); got == n {
+			return
+		}
+	}
+	b.fail("the outbox holds %d commands %s, want %d", got, when, n)
 }
 
 // outboxSize counts the commands in the page's IndexedDB outbox.
