@@ -21,7 +21,7 @@ import (
 // These tests run against the stack's PostgreSQL (no fake); users and
 // sessions are random, so they share the key tables with other tests.
 
-func newKEK(t *testing.T) *LocalKEK {
+func newKEK(t testing.TB) *LocalKEK {
 	t.Helper()
 	b := make([]byte, KeyBytes)
 	_, _ = rand.Read(b)
@@ -32,7 +32,7 @@ func newKEK(t *testing.T) *LocalKEK {
 	return k
 }
 
-func pool(t *testing.T) *pgxpool.Pool {
+func pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	st := stack.Require(t, "pg")
 	p, err := pgxpool.New(context.Background(), st.PGURL)
@@ -43,7 +43,7 @@ func pool(t *testing.T) *pgxpool.Pool {
 	return p
 }
 
-func open(t *testing.T, p *pgxpool.Pool, w Wrapper, o Options) *Store {
+func open(t testing.TB, p *pgxpool.Pool, w Wrapper, o Options) *Store {
 	t.Helper()
 	s, err := Open(context.Background(), p, w, o)
 	if err != nil {
