@@ -325,21 +325,39 @@ func TestBrowserChat(t *testing.T) {
 	bob.unreadIs(group, 0)
 	p.unreadIs(probe, group, 0)
 
-	// Reconnect: bob drops his socket, alice sends twice, bob comes back
-	// and catches up through changes + sync.
+	// Reconnect: bob drops his socket, alice sends twice while bob writes
+	// one that waits in the IndexedDB outbox; bob comes back, catches up
+	// through changes + sync, and his message is sent once.
 	bob.do("disconnect", chromedp.Click(chromedp.CSS("#toggle")))
 	wait[bool](bob, "offline", `document.getElementById('conn').dataset.state === 'offline'`)
 	a3 := alice.send("while you were away 1")
 	a4 := alice.send("while you were away 2")
+	offline := bob.sendOffline("written while offline")
 	p.waitStored(group, a4.Seq) // sync reads the store, which lags the log
 	bob.do("reconnect", chromedp.Click(chromedp.CSS("#toggle")))
 	wait[bool](bob, "caught up line", `[...document.querySelectorAll('#log li.catchup')].some((li) => li.textContent.includes('caught up 2 messages in 1 session'))`)
 	bob.sees(a3)
 	bob.sees(a4)
+	b3 := bob.shown("written while offline")
+	alice.sees(b3)
+	p.storedOnce(group, offline, b3.Seq)
 	// The catch-up synced the group's members (member_changes): roles on
 	// screen, and the member version the store reported.
 	wait[bool](bob, "member sync", fmt.Sprintf(`Number(document.getElementById('conv-meta').dataset.memberVersion) >= 1 && document.querySelector('#conv-meta .members').textContent.includes(%q)`, aliceID+" (owner)"))
 	wait[bool](bob, "caught up divider", `[...document.querySelectorAll('#messages li.divider')].some((li) => li.textContent.includes('caught up 2 messages'))`)
+
+	// A send written while offline survives a reload: the new page finds
+	// it in the outbox and sends it once.
+	bob.do("disconnect again", chromedp.Click(chromedp.CSS("#toggle")))
+	wait[bool](bob, "offline again", `document.getElementById('conn').dataset.state === 'offline'`)
+	reloaded := bob.sendOffline("kept across a reload")
+	bob.do("reload", chromedp.Navigate(base+"/"))
+	wait[bool](bob, "connected after the reload", `document.getElementById('conn').dataset.state === 'connected'`)
+	bob.open(group)
+	b4 := bob.shown("kept across a reload")
+	alice.sees(b4)
+	p.storedOnce(group, reloaded, b4.Seq)
+	bob.outboxHolds(0, "after the reloaded page's send")
 
 	t.Logf("chat, group and reconnect in %s", time.Since(start).Round(time.Millisecond))
 
@@ -397,6 +415,28 @@ func TestBrowserChat(t *testing.T) {
 	}
 	wait[bool](bob, "signed out noted", `[...document.querySelectorAll('#log li')].some((li) => li.textContent.includes('signed out probe'))`)
 	t.Logf("alice: %s", alice.screenshot("direct"))
+}
+
+// sendOffline sends text while the page is offline: the row waits, without
+// a seq, and the send is in the outbox. It returns its client_msg_id.
+func (b *tab) sendOffline(text string) string {
+	b.t.Helper()
+	b.do("send "+text+" offline", chromedp.SetValue(chromedp.CSS("#send-text"), text), chromedp.Click(chromedp.CSS("#send-button")))
+	id := wait[string](b, "the pending row of "+strconv.Quote(text), fmt.Sprintf(
+		`(() => { const li = [...document.querySelectorAll('#messages li.pending')].find((li) => li.querySelector('.body').textContent === %q); return li ? li.dataset.clientMsgId : ''; })()`, text))
+	b.outboxHolds(1, "with "+strconv.Quote(text)+" pending")
+	return id
+}
+
+// storedOnce fails unless the store, once it holds seq, holds
+// clientMsgID's message once.
+func (p *pipeline) storedOnce(session, clientMsgID string, seq int64) {
+	p.t.Helper()
+	p.waitStored(session, seq)
+	var n int
+	if err := p.pool.QueryRow(context.Background(), `SELECT count(*) FROM messages WHERE session_id = $1 AND client_msg_id = $2`, session, clientMsgID).Scan(&n); err != nil || n != 1 {
+		p.t.Fatalf("message %s is stored %d times (%v), want once", clientMsgID, n, err)
+	}
 }
 
 // unreadIs waits until the page's badge of session shows n (0: none).
@@ -521,10 +561,7 @@ func TestBrowserGatewayKill(t *testing.T) {
 	wait[bool](bob, "connection lost", `document.getElementById('conn').dataset.state !== 'connected'`)
 	send(11, 20)
 	const typed = "typed while the gateway was down"
-	bob.do("send while down", chromedp.SetValue(chromedp.CSS("#send-text"), typed), chromedp.Click(chromedp.CSS("#send-button")))
-	pendingID := wait[string](bob, "the pending row", fmt.Sprintf(
-		`(() => { const li = [...document.querySelectorAll('#messages li.pending')].find((li) => li.querySelector('.body').textContent === %q); return li ? li.dataset.clientMsgId : ''; })()`, typed))
-	bob.outboxHolds(1, "while the gateway is down (the typed message)")
+	pendingID := bob.sendOffline(typed)
 	if err := gwB.Start(); err != nil {
 		t.Fatalf("restart gw-b: %v", err)
 	}
@@ -546,10 +583,7 @@ func TestBrowserGatewayKill(t *testing.T) {
 			bob.fail("alice's messages on the page: %v, want k 01 … k 30 in order", bodies)
 		}
 	}
-	var n int
-	if err := p.pool.QueryRow(context.Background(), `SELECT count(*) FROM messages WHERE session_id = $1 AND client_msg_id = $2`, group, pendingID).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("the typed message (%s) is stored %d times (%v), want once", pendingID, n, err)
-	}
+	p.storedOnce(group, pendingID, mine.Seq)
 	if mine.Sender != bobID {
 		t.Fatalf("the typed message shows sender %q, want %q", mine.Sender, bobID)
 	}

@@ -43,6 +43,8 @@ const state = {
   totalUnread: 0,
   typingSent: 0, // when the last active typing indicator went out
   typingIn: '',
+  starting: null, // a client being opened
+  offlineWrites: Promise.resolve(), // sends written to the outbox while disconnected
 };
 
 function session(id) {
@@ -143,7 +145,16 @@ async function seed() {
 // gateway ends the login. Each start is a new Client: it resumes after
 // what the previous one handed over, and finds the previous one's
 // unanswered sends in the IndexedDB outbox.
-async function start() {
+function start() {
+  state.starting = openClient().finally(() => { state.starting = null; });
+}
+
+// outboxName is the IndexedDB database of this user and device's sends.
+function outboxName() {
+  return `seqflow-outbox:${state.user}:${state.device}`;
+}
+
+async function openClient() {
   state.online = true;
   setConn('connecting');
   const cursors = { ...state.cursors };
@@ -156,13 +167,14 @@ async function start() {
     note(`session list: ${err.message}`, 'warn');
   }
   if (!state.online) return; // disconnected meanwhile
+  await state.offlineWrites; // sends made while disconnected are in the outbox before it is read
   let client;
   try {
     client = await Client.open({
       urls: [`${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}/v1/ws`],
       ...(state.pasted ? { token: state.token } : { tokenSource: currentToken }),
       platform: 'web',
-      outbox: new IndexedDBOutbox(`seqflow-outbox:${state.user}:${state.device}`),
+      outbox: new IndexedDBOutbox(outboxName()),
       cursors,
       onEvent,
       onConnect: (h) => onConnect(client, h),
@@ -273,7 +285,7 @@ async function settle(client, first, before) {
   for (const s of state.sessions.values()) {
     let n = 0;
     for (const ev of s.events.values()) {
-      if (first ? ev.seq <= s.live : ev.seq > (before.get(s.id) || 0) && ev.kind === 'message') n++;
+      if (first ? ev.seq <= s.live : ev.seq > (before.get(s.id) || 0) && ev.kind === 'message' && ev.sender_user_id !== state.user) n++;
     }
     total += n;
     if (n) moved++;
@@ -626,11 +638,26 @@ function track(p, row) {
 
 async function sendText(body) {
   const s = state.sessions.get(state.current);
-  if (!s || !state.client) return;
+  if (!s) return;
   stopTyping();
   const row = { id: newMessageId(), sessionId: s.id, body, failed: '' };
   state.pending.set(row.id, row);
   render();
+  if (!state.client && state.starting) await state.starting;
+  if (!state.client) {
+    // Disconnected by the user: the send goes straight into the outbox,
+    // where the next client finds it and sends it with this ID.
+    const frame = { op: 'send', client_msg_id: row.id, session_id: s.id, ...text(body), client_ts: Date.now() };
+    state.offlineWrites = state.offlineWrites.then(async () => {
+      const outbox = new IndexedDBOutbox(outboxName());
+      try {
+        await outbox.add(frame);
+      } finally {
+        await outbox.close();
+      }
+    }).catch((err) => fail(row, err));
+    return;
+  }
   let p;
   try {
     p = await state.client.postMessage(s.id, text(body), { clientMsgId: row.id });
@@ -944,12 +971,11 @@ function pendingRow(row) {
 
 function renderComposer() {
   const s = state.sessions.get(state.current);
-  const ok = !!s && !s.removed && !!state.client;
+  const ok = !!s && !s.removed;
   $('send-text').disabled = !ok;
   $('send-button').disabled = !ok;
   $('send-text').placeholder = !s ? 'pick a session' : s.removed ? 'you are no longer a member'
-    : !state.client ? 'offline: reconnect to send'
-      : state.conn === 'connected' ? `message ${sessionName(s)}` : 'disconnected: messages wait in this browser and are sent on reconnect';
+    : state.conn === 'connected' ? `message ${sessionName(s)}` : 'offline: messages wait in this browser and are sent on reconnect';
 }
 
 // ---------------------------------------------------------------- wiring
