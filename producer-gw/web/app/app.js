@@ -44,6 +44,7 @@ const state = {
   typingSent: 0, // when the last active typing indicator went out
   typingIn: '',
   starting: null, // a client being opened
+  gen: 0, // bumped by every start and disconnect: an older start gives up
   offlineWrites: Promise.resolve(), // sends written to the outbox while disconnected
 };
 
@@ -127,8 +128,9 @@ function logout() {
 
 // ---------------------------------------------------------------- connection
 
-// seed reads the session list over HTTP before the WebSocket opens: it
-// says how far back the first catch-up goes (FIRST_LOAD per session).
+// seed reads the session list over HTTP (changes): before the WebSocket
+// opens it says how far back the first catch-up goes (FIRST_LOAD per
+// session); after each connect, up to where the catch-up must reach.
 async function seed() {
   const get = async () => fetch('/v1/changes', { headers: { Authorization: `Bearer ${state.token}` } });
   let resp = await get();
@@ -155,6 +157,7 @@ function outboxName() {
 }
 
 async function openClient() {
+  const gen = ++state.gen;
   state.online = true;
   setConn('connecting');
   const cursors = { ...state.cursors };
@@ -166,7 +169,7 @@ async function openClient() {
   } catch (err) {
     note(`session list: ${err.message}`, 'warn');
   }
-  if (!state.online) return; // disconnected meanwhile
+  if (gen !== state.gen) return; // disconnected (or started again) meanwhile
   await state.offlineWrites; // sends made while disconnected are in the outbox before it is read
   let client;
   try {
@@ -185,9 +188,17 @@ async function openClient() {
       logger: { info() {}, warn: (msg, attrs) => console.warn(msg, attrs || {}) },
     });
   } catch (err) {
+    if (gen !== state.gen) return;
     state.online = false;
     setConn('offline', err.message);
     note(`open the client: ${err.message}`, 'error');
+    return;
+  }
+  if (gen !== state.gen) {
+    // Disconnected while the outbox was read: run() after close() only
+    // releases the outbox.
+    client.close();
+    client.run().catch(() => {});
     return;
   }
   state.client = client;
@@ -218,6 +229,7 @@ async function openClient() {
 }
 
 function disconnect() {
+  state.gen++;
   state.online = false;
   const c = state.client;
   if (!c) return setConn('offline');
@@ -268,17 +280,19 @@ function onDisconnect(err) {
 // settle reports a connection's catch-up once the SDK has handed every
 // session up to the store's max_seq: "loaded" after the first, "caught
 // up" after a reconnect, with a divider where the open session resumed.
+// The targets come over HTTP: a changes on the WebSocket would seed the
+// connection's unread counts again, from a store that may lag its pushes.
 async function settle(client, first, before) {
-  let ch;
+  let sessions;
   try {
-    ch = await client.changes();
+    sessions = await seed();
   } catch (err) {
-    if (!(err instanceof ClosedError)) note(`catch-up: ${err.message}`, 'error');
+    note(`catch-up: ${err.message}`, 'error');
     return;
   }
-  for (const c of ch.sessions) applyChange(c);
+  for (const c of sessions) applyChange(c, false);
   const deadline = Date.now() + CATCH_UP_WAIT_MS;
-  while (Date.now() < deadline && ch.sessions.some((c) => session(c.session_id).live < c.max_seq)) await sleep(50);
+  while (Date.now() < deadline && state.client === client && sessions.some((c) => session(c.session_id).live < c.max_seq)) await sleep(50);
   if (state.client !== client) return;
   let total = 0;
   let moved = 0;
@@ -349,12 +363,13 @@ async function nameSession(client, s) {
   }
 }
 
-// applyChange takes a session of a changes result.
-function applyChange(c) {
+// applyChange takes a session of a changes result; its unread count only
+// with counts (before the SDK's own changes, which then keeps them).
+function applyChange(c, counts = true) {
   const s = session(c.session_id);
   s.storeMax = Math.max(s.storeMax, c.max_seq);
   s.readSeq = Math.max(s.readSeq, c.read_seq || 0);
-  s.unread = c.unread || 0;
+  if (counts) s.unread = c.unread || 0;
   if (c.preview) s.preview = c.preview;
   if ((c.member_version || 0) > s.memberVersion) syncMembersSoon(s);
 }
