@@ -68,6 +68,8 @@ type conn struct {
 	// unread is the connection's unread counts (unread.go), from its
 	// first changes on; nil before.
 	unread *unreadCounts
+	// recent: what the next changes replays onto the store's counts.
+	recent recentNotes
 }
 
 func (c *conn) presence() presence.Conn {
@@ -418,6 +420,7 @@ func (c *conn) deliver(session string, seq int64, frame []byte, note func() unre
 		return "dropped_order"
 	}
 	c.lastSeq[session] = seq
+	c.recent.add(time.Now(), pendingNote{session: session, note: note()})
 	if c.unread == nil {
 		c.mu.Unlock()
 		if !c.enqueue(frame) {
@@ -445,7 +448,7 @@ func (c *conn) beginUnread() {
 	if c.unread == nil {
 		c.unread = newUnreadCounts(c.p.UserID)
 	}
-	c.unread.begin()
+	c.unread.begin(c.recent.since(time.Now()))
 }
 
 // stopUnread ends the counts after a failed changes: the connection
@@ -483,6 +486,7 @@ func (c *conn) answerChanges(res wire.ChangesResult, states []store.SessionState
 func (c *conn) ownRead(session string, seq int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.recent.add(time.Now(), pendingNote{session: session, read: seq})
 	if c.unread == nil {
 		return
 	}

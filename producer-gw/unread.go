@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/wire"
@@ -11,8 +12,8 @@ import (
 )
 
 // Unread counts on the push. A connection that asks changes seeds them
-// with the store's counts, replays what it wrote and learned while the
-// store answered, and answers with the result (conn.answerChanges); from
+// with the store's counts, replays what it wrote and learned shortly
+// before (recentNotes) and while the store answered, and answers with the result (conn.answerChanges); from
 // then on the gateway keeps them for that connection from the events it
 // writes to it and the user's read cursors it learns, and attaches the
 // session's count and the total to every chat message and recall it
@@ -82,11 +83,65 @@ type unreadCounts struct {
 }
 
 // pendingNote is an event written (note) or, when read > 0, a read of the
-// user's to read, while seeding.
+// user's to read, while seeding. old: it came before the seed began
+// (recentNotes).
 type pendingNote struct {
 	session string
 	note    unreadNote
 	read    int64
+	old     bool
+}
+
+// recentNotes are the events a connection wrote and the user's reads it
+// learned in the last recentFor (at most recentMax of them). A changes
+// replays them onto the store's counts before what comes while it is
+// answered: the store may not hold them yet, since the persister writes
+// an event after the pushers have pushed it, and a read cursor after the
+// gateway has passed it on. Replaying what the store already held is a
+// no-op. A store further behind than recentFor still undercounts until
+// the next changes.
+type recentNotes struct{ notes []recentNote }
+
+type recentNote struct {
+	at time.Time
+	p  pendingNote
+}
+
+const (
+	recentFor = 10 * time.Second
+	recentMax = 256
+)
+
+func (r *recentNotes) add(now time.Time, p pendingNote) {
+	r.prune(now)
+	if len(r.notes) == recentMax {
+		r.notes = slices.Delete(r.notes, 0, 1)
+	}
+	r.notes = append(r.notes, recentNote{now, p})
+}
+
+func (r *recentNotes) prune(now time.Time) {
+	i := 0
+	for i < len(r.notes) && now.Sub(r.notes[i].at) > recentFor {
+		i++
+	}
+	if i > 0 {
+		r.notes = slices.Delete(r.notes, 0, i)
+	}
+	if len(r.notes) == 0 {
+		r.notes = nil // an idle connection keeps no buffer
+	}
+}
+
+// since returns the notes of the last recentFor, marked old.
+func (r *recentNotes) since(now time.Time) []pendingNote {
+	r.prune(now)
+	out := make([]pendingNote, len(r.notes))
+	for i, n := range r.notes {
+		out[i] = n.p
+		out[i].old = true
+	}
+	return out
 }
 
 // seededRead is a read learned while seeding, as the seed left it: the
@@ -121,9 +176,10 @@ func newUnreadCounts(user string) *unreadCounts {
 	return &unreadCounts{user: user, sessions: map[string]*unreadSession{}}
 }
 
-// begin starts a seed: events from now on are kept until seed.
-func (u *unreadCounts) begin() {
-	u.seeding, u.pending = true, u.pending[:0]
+// begin starts a seed: recent (recentNotes.since) and the events from
+// now on are kept until seed.
+func (u *unreadCounts) begin(recent []pendingNote) {
+	u.seeding, u.pending = true, append(u.pending[:0], recent...)
 }
 
 // seed takes the store's counts, then replays the events written and the
@@ -142,6 +198,12 @@ func (u *unreadCounts) seed(states []store.SessionState) []seededRead {
 	var reads []seededRead
 	for _, p := range u.pending {
 		if p.read == 0 {
+			if p.old && u.sessions[p.session] == nil && p.note.kind != noteJoin {
+				// Before the seed, of a session the store does not list
+				// (left since, or a join the replay has not met): it
+				// does not count.
+				continue
+			}
 			u.event(p.session, p.note)
 			continue
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/wire"
@@ -186,7 +187,7 @@ func TestUnreadCounts(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			u := newUnreadCounts(me)
-			u.begin()
+			u.begin(nil)
 			u.seed(seed)
 			for i, st := range c.steps {
 				if st.ev != nil {
@@ -233,7 +234,7 @@ func TestUnreadCounts(t *testing.T) {
 // (at or below its max seq) left alone.
 func TestUnreadEventsWhileSeeding(t *testing.T) {
 	u := newUnreadCounts("alice")
-	u.begin()
+	u.begin(nil)
 	for _, ev := range []*imv1.SequencedEvent{uMsg("s1", 5, "bob"), uMsg("s1", 6, "bob"), uMsg("s1", 7, "alice")} {
 		if attach, _, _ := u.event("s1", noteOf(ev)); attach {
 			t.Fatalf("seq %d: counts attached while seeding", ev.Seq)
@@ -245,12 +246,70 @@ func TestUnreadEventsWhileSeeding(t *testing.T) {
 	}
 }
 
+// TestUnreadSeedReplaysRecent: what a connection wrote and learned
+// shortly before a changes, and the store does not hold yet (the
+// persister lags the pushes), counts in the seed as if it came during it;
+// what the store held, a session the store no longer lists, and what is
+// older than recentFor do not.
+func TestUnreadSeedReplaysRecent(t *testing.T) {
+	now := time.Now()
+	var r recentNotes
+	add := func(at time.Time, session string, ev *imv1.SequencedEvent, read int64) {
+		p := pendingNote{session: session, read: read}
+		if ev != nil {
+			p.note = noteOf(ev)
+		}
+		r.add(at, p)
+	}
+	add(now.Add(-recentFor-time.Second), "s3", uMsg("s3", 2, "carol"), 0) // too old to replay
+	add(now, "s1", uMsg("s1", 5, "alice"), 0)                             // the store holds it
+	add(now, "s1", uMsg("s1", 6, "alice"), 0)                             // it does not
+	add(now, "s2", uMsg("s2", 9, "alice"), 0)                             // bob left s2 since
+	add(now, "s1", nil, 6)                                                // bob read up to 6 on another device
+	add(now, "s1", uMsg("s1", 7, "alice"), 0)
+	add(now, "s1", uMsg("s1", 8, "alice"), 0)
+	if got := len(r.since(now)); got != 6 {
+		t.Fatalf("%d recent notes, want 6 (the old one pruned)", got)
+	}
+	u := newUnreadCounts("bob")
+	u.begin(r.since(now))
+	u.event("s1", noteOf(uMsg("s1", 9, "alice"))) // while seeding
+	reads := u.seed([]store.SessionState{
+		{SessionID: "s1", MaxSeq: 5, ReadSeq: 3, JoinedSeq: 1, Unread: 2},
+		{SessionID: "s3", MaxSeq: 1, ReadSeq: 1, JoinedSeq: 1},
+	})
+	if got := u.sessions["s1"].unread(); got != 3 {
+		t.Errorf("s1 unread %d, want 3 (7, 8 and 9: above the read of 6)", got)
+	}
+	if u.sessions["s2"] != nil {
+		t.Errorf("s2, which the store no longer lists, came back: %+v", u.sessions["s2"])
+	}
+	if got := u.sessions["s3"].unread(); got != 0 {
+		t.Errorf("s3 unread %d, want 0 (its message is older than recentFor)", got)
+	}
+	if u.total != 3 {
+		t.Errorf("total %d, want 3", u.total)
+	}
+	if len(reads) != 1 || reads[0] != (seededRead{"s1", 6, false}) {
+		t.Errorf("reads to tell the client: %+v, want s1 at 6", reads)
+	}
+	for range 2 * recentMax {
+		add(now, "s1", uMsg("s1", 10, "alice"), 0)
+	}
+	if got := len(r.since(now)); got != recentMax {
+		t.Errorf("%d recent notes kept, want at most %d", got, recentMax)
+	}
+	if r.since(now.Add(2 * recentFor)); r.notes != nil {
+		t.Errorf("an idle connection keeps %d notes", len(r.notes))
+	}
+}
+
 // TestUnreadRecounted: the store's recount after a read below the seed
 // replaces the seed's part, leaves out a recalled message the store does
 // not know is recalled yet, and is dropped when the cursor moved since.
 func TestUnreadRecounted(t *testing.T) {
 	u := newUnreadCounts("alice")
-	u.begin()
+	u.begin(nil)
 	u.seed([]store.SessionState{{SessionID: "s1", MaxSeq: 10, ReadSeq: 2, JoinedSeq: 1, Unread: 5}})
 	// bob recalls seq 8 (counted by the seed): 4 left.
 	if _, unread, total := u.event("s1", noteOf(uRecall("s1", 11, "bob", 8))); unread != 4 || total != 4 {
@@ -308,7 +367,7 @@ func TestUnreadReadsWhileSeeding(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			u := newUnreadCounts("alice")
-			u.begin()
+			u.begin(nil)
 			for _, st := range c.during {
 				if st.ev != nil {
 					u.event("s1", noteOf(st.ev))
@@ -348,7 +407,7 @@ func TestUnreadAnswer(t *testing.T) {
 		res.Sessions = append(res.Sessions, wire.SessionChange{SessionID: st.SessionID, MaxSeq: st.MaxSeq, ReadSeq: st.ReadSeq, Unread: st.Unread})
 	}
 	u := newUnreadCounts("alice")
-	u.begin()
+	u.begin(nil)
 	for _, w := range []struct {
 		session string
 		ev      *imv1.SequencedEvent
