@@ -113,6 +113,9 @@ type Config struct {
 	// during replay_live's runs, default replay.DefaultRate (the
 	// command's default); 0: uncapped.
 	ReplayLiveRate float64
+	// ReplayLiveNice: SEQBENCH_REPLAY_LIVE_NICE, the -nice of the replay
+	// (0..19); -1, the default: the command's own default.
+	ReplayLiveNice int
 	// Doc: SEQBENCH_DOC, the doc whose generated section is rewritten,
 	// default docs/benchmarks.md; empty: no doc.
 	Doc string
@@ -161,6 +164,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		ReplayLiveRuns:     e.Int("SEQBENCH_REPLAY_LIVE_RUNS", 3, 1, 20),
 		ReplayLiveDuration: e.Duration("SEQBENCH_REPLAY_LIVE_DURATION", 40*time.Second, 10*time.Second, 10*time.Minute),
 		ReplayLiveRate:     float64(e.Int("SEQBENCH_REPLAY_LIVE_RATE", replay.DefaultRate, 0, 10_000_000)),
+		ReplayLiveNice:     e.Int("SEQBENCH_REPLAY_LIVE_NICE", -1, -1, 19),
 		Doc:                e.Optional("SEQBENCH_DOC", "docs/benchmarks.md"),
 		JSON:               e.String("SEQBENCH_JSON", ".data/reports/bench.json"),
 		CPUProfile:         e.String("SEQBENCH_CPUPROFILE", ""),

@@ -205,10 +205,13 @@ was paused (ratio %.2f); p50 %s and %s ms.
 func (b *Bench) liveRun(ctx context.Context, lg *sequencedLog, o load.Options, n int) (liveRun, error) {
 	var run liveRun
 	name := "live-" + randHex(4)
-	rp := &proc.Proc{Name: "replay-topic", Bin: b.seqflowBin(),
-		Args: []string{"replay-topic", "create", name, "-rate", strconv.FormatFloat(b.cfg.ReplayLiveRate, 'f', -1, 64), "-retention", "1h"},
-		Env:  []string{"SEQFLOW_KAFKA_BROKERS=" + strings.Join(b.cfg.Brokers, ","), "SEQFLOW_TOPIC_PREFIX=" + lg.prefix},
-		Log:  filepath.Join(b.logDir, fmt.Sprintf("replay_live-replayer-%d.log", n))}
+	args := []string{"replay-topic", "create", name, "-rate", strconv.FormatFloat(b.cfg.ReplayLiveRate, 'f', -1, 64), "-retention", "1h"}
+	if b.cfg.ReplayLiveNice >= 0 {
+		args = append(args, "-nice", strconv.Itoa(b.cfg.ReplayLiveNice))
+	}
+	rp := &proc.Proc{Name: "replay-topic", Bin: b.seqflowBin(), Args: args,
+		Env: []string{"SEQFLOW_KAFKA_BROKERS=" + strings.Join(b.cfg.Brokers, ","), "SEQFLOW_TOPIC_PREFIX=" + lg.prefix},
+		Log: filepath.Join(b.logDir, fmt.Sprintf("replay_live-replayer-%d.log", n))}
 	_ = os.Remove(rp.Log) // a log of an earlier bench: its progress lines are not this run's
 	if err := rp.Start(); err != nil {
 		return run, err

@@ -77,12 +77,14 @@ type runFlags struct {
 	rate     float64
 	quiet    bool
 	interval time.Duration
+	nice     int
 }
 
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&r.rate, "rate", replay.DefaultRate, "source records read per second, copied or not (0: no cap)")
 	fs.BoolVar(&r.quiet, "quiet", false, "no progress lines")
 	fs.DurationVar(&r.interval, "progress-interval", time.Second, "time between progress lines on stderr")
+	fs.IntVar(&r.nice, "nice", 10, "the copy's scheduling nice value (0..19, Linux): a background copy yields the CPU to live services on the same machine; 0 leaves it as started")
 }
 
 func replayTopicCreate(ctx context.Context, args []string, out, errOut io.Writer) error {
@@ -152,6 +154,9 @@ func replayTopicResume(ctx context.Context, args []string, out, errOut io.Writer
 // runReplayer copies what is left of the replay, with progress lines on
 // errOut and a summary on out.
 func runReplayer(ctx context.Context, brokers []string, prefix, name string, rf runFlags, out, errOut io.Writer) error {
+	if err := lowerPriority(rf.nice); err != nil {
+		return fmt.Errorf("-nice: %w", err)
+	}
 	var last time.Time
 	var lastP replay.Progress
 	progress := func(p replay.Progress) {

@@ -460,7 +460,7 @@ func canonical(t *testing.T, m proto.Message) string {
 func testTapReplayTopics(t *testing.T, ctx context.Context, brokers []string, prefix string, sequenced logRecords) {
 	name := "tap" + uuid.NewString()[:8]
 	var out, errOut bytes.Buffer
-	if err := replayTopicCmd(ctx, []string{"create", "-topic-prefix", prefix, "-quiet", "-rate", "0", name}, &out, &errOut); err != nil {
+	if err := replayTopicCmd(ctx, []string{"create", "-topic-prefix", prefix, "-quiet", "-rate", "0", "-nice", "0", name}, &out, &errOut); err != nil {
 		t.Fatalf("replay-topic create: %v\n%s", err, errOut.Bytes())
 	}
 	topic := "im.replay." + name + ".v1"
