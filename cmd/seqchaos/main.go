@@ -11,7 +11,9 @@
 // anything acknowledged was lost or duplicated, a seq was reused or went
 // back, order broke, an online recipient missed a message, the log holds
 // an event its group's rules refuse, a removed member was handed a later
-// event, or a fault did not recover within -max-recovery.
+// event, an erased victim's key or body survived or a session kept it as
+// a member (-erase-every), or a fault did not recover within
+// -max-recovery.
 package main
 
 import (
@@ -51,7 +53,8 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	users := fs.Int("users", 12, "load: users, one connection each")
 	sessions := fs.Int("sessions", 6, "load: sessions, half of them groups of 4")
 	governance := fs.Duration("governance", 500*time.Millisecond, "load: one governance operation per group every this long (±50%); 0 turns it off")
-	plaintext := fs.Bool("plaintext", false, "the gateways do not seal bodies (default: sealed with a KEK of the run, docs/erasure.md)")
+	plaintext := fs.Bool("plaintext", false, "the gateways do not seal bodies (default: sealed with a KEK of the run, docs/erasure.md); no erasures then")
+	eraseEvery := fs.Duration("erase-every", 5*time.Second, "erasures in the load: every this long (±50%) a fresh victim joins sessions with load users, sends, and is erased through a gateway's admin endpoint; 0 turns it off")
 	maxFaults := fs.Int("max-faults", 0, "stop injecting after this many faults (0: as many as fit)")
 	minFaults := fs.Int("min-faults", 0, "fail when fewer faults were injected (default 50, -short 8)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds (default all, -short the short set); see internal/testkit/chaos")
@@ -66,11 +69,14 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	st := config.LoadLocal()
 	o := chaos.Options{
 		Brokers: st.Kafka3Brokers, Root: st.Root, Seed: *seed, Duration: *duration, Rate: *rate, Users: *users,
-		Sessions: *sessions, Governance: *governance, Plaintext: *plaintext, MaxFaults: *maxFaults, MinFaults: *minFaults, SessionTimeout: *sessionTimeout,
+		Sessions: *sessions, Governance: *governance, Plaintext: *plaintext, EraseEvery: *eraseEvery, MaxFaults: *maxFaults, MinFaults: *minFaults, SessionTimeout: *sessionTimeout,
 		MaxRecovery: *maxRecovery, Keep: *keep, Out: out,
 	}
 	if o.Governance == 0 {
 		o.Governance = -1 // off (chaos.Options takes 0 for its default)
+	}
+	if o.EraseEvery == 0 {
+		o.EraseEvery = -1 // off, the same way
 	}
 	if *verbose {
 		o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -3,9 +3,10 @@
 // three-broker Kafka cluster, with a private Redis and PostgreSQL) under
 // load from client/load, injects faults on a seeded schedule — kill -9,
 // SIGSTOP zombies, broker and transaction-coordinator failover, Redis
-// wiped, PostgreSQL restarted, a gateway killed mid-send — measures each
-// fault's recovery with probe messages, and audits at the end what the
-// clients were acknowledged against the log and the message store.
+// wiped, PostgreSQL restarted, a gateway killed mid-send — while users
+// are erased (eraser.go), measures each fault's recovery with probe
+// messages, and audits at the end what the clients were acknowledged
+// against the log and the message store, and what the erasures left.
 // `seqflow chaos` is the command over Run.
 package chaos
 
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,6 +35,7 @@ import (
 	"github.com/seqflow/seqflow/client/load"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/keystore"
 	"github.com/seqflow/seqflow/internal/migrate"
 	"github.com/seqflow/seqflow/internal/testkit/proc"
 	"github.com/seqflow/seqflow/internal/testkit/stack"
@@ -79,6 +82,12 @@ type Options struct {
 	// with a KEK of the run (docs/erasure.md), so the key store, in the
 	// PostgreSQL that postgres_restart restarts, is on every send's path.
 	Plaintext bool
+	// EraseEvery is how often (±50%) a fresh victim user joins sessions
+	// with the load's users, has a few messages acked and is erased
+	// through a gateway's admin endpoint (eraser.go); the audit then
+	// checks the erasures (ErasureChecks). Default 5s; negative turns it
+	// off, and so does Plaintext (nothing can be erased without keys).
+	EraseEvery time.Duration
 	// Partitions of every keyed topic (replication factor 3). Default 6.
 	Partitions int32
 	// SessionTimeout is every consumer group's session timeout; zombie
@@ -128,6 +137,12 @@ func (o *Options) defaults() error {
 		o.Governance = 500 * time.Millisecond
 	case o.Governance < 0:
 		o.Governance = 0
+	}
+	switch {
+	case o.Plaintext || o.EraseEvery < 0:
+		o.EraseEvery = 0
+	case o.EraseEvery == 0:
+		o.EraseEvery = 5 * time.Second
 	}
 	if o.Partitions == 0 {
 		o.Partitions = 6
@@ -244,7 +259,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			"users": strconv.Itoa(o.Users), "sessions": strconv.Itoa(o.Sessions), "rate": fmt.Sprint(o.Rate),
 			"duration": o.Duration.String(), "partitions": fmt.Sprint(o.Partitions), "session_timeout": o.SessionTimeout.String(),
 			"brokers": strings.Join(o.Brokers, ","), "topic_prefix": s.prefix, "logs": s.o.Dir, "instances_per_service": strconv.Itoa(instances),
-			"governance": o.Governance.String(),
+			"governance": o.Governance.String(), "erase_every": o.EraseEvery.String(),
 		}}
 	defer s.teardown()
 	if err := s.setup(ctx); err != nil {
@@ -304,12 +319,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, &SetupError{"load setup", fmt.Errorf("load ended before sending: %v", lr.err)}
 	}
 	s.sendStart = time.Now()
+	sendEnd := s.sendStart.Add(o.Duration)
 	fmt.Fprintf(o.Out, "chaos %s: sending; faults from %s on (seed %d)\n", s.id, o.Warmup, o.Seed)
+	var er *eraser
+	erased := make(chan struct{})
+	if o.EraseEvery > 0 {
+		er = s.newEraser(signer, urls)
+		go func() { defer close(erased); er.run(ctx, sendEnd) }()
+		defer func() { <-erased }() // before the proxies stop; at once when ctx ended
+	} else {
+		close(erased)
+	}
 
 	if err := sleep(ctx, o.Warmup); err != nil {
 		return nil, err
 	}
-	sendEnd := s.sendStart.Add(o.Duration)
 	for _, f := range Schedule(o.Seed, o.Kinds, 100_000, o.SessionTimeout) {
 		if o.MaxFaults > 0 && len(rep.Faults) >= o.MaxFaults {
 			break
@@ -347,6 +371,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if lr.err != nil {
 		rep.LoadError = lr.err.Error()
 	}
+	// The last victim's erasure uses the proxies: it ends first.
+	select {
+	case <-erased:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	// Probes and proxies stop before the audit, so the acked set is final.
 	stopBG()
 	bg.Wait()
@@ -354,14 +384,54 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	fmt.Fprintf(o.Out, "chaos %s: auditing the log and the store\n", s.id)
 	actx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	var ec *ErasureChecks
+	if er != nil {
+		// First: it waits for the last leaves to be sequenced, which the
+		// store audit then finds stored too.
+		rep.Victims = er.done()
+		if ec, err = s.verifyErasures(actx, rep.Victims); err != nil {
+			return nil, &SetupError{"erasure audit", err}
+		}
+	}
 	c, err := verify(actx, o.Brokers, s.topics, s.pool, s.book.Acked(), rep.Load.RefusedIDs, sequencerStep, 2*time.Minute)
 	if err != nil {
 		return nil, &SetupError{"audit", err}
 	}
+	c.Erasure = ec
 	rep.Checks = c
 	rep.DurationS = time.Since(began).Seconds()
 	rep.judge(o.MinFaults)
 	return rep, nil
+}
+
+// newEraser makes the run's eraser: victims connect through the proxies
+// (urls), so their ACKs are booked with the load's, and are erased
+// through the gateways' admin ports.
+func (s *suite) newEraser(signer *auth.Signer, urls []string) *eraser {
+	var admins, peers []string
+	for _, p := range s.procs["gateway"] {
+		admins = append(admins, p.Admin)
+	}
+	for i := range s.o.Users {
+		peers = append(peers, fmt.Sprintf("c%s-u%04d", s.id, i+1)) // load.Options.UserPrefix's names
+	}
+	return &eraser{every: s.o.EraseEvery, signer: signer, urls: urls, admins: admins, pool: s.pool, peers: peers,
+		prefix: "c" + s.id, seed: s.o.Seed, log: s.log, hc: &http.Client{}}
+}
+
+// verifyErasures checks the victims' erasures with a key store of its
+// own (empty caches: what any new process would find).
+func (s *suite) verifyErasures(ctx context.Context, victims []Victim) (*ErasureChecks, error) {
+	kek, err := keystore.ParseKEK(s.kek)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := keystore.Open(ctx, s.pool, kek, keystore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	c, err := verifyErasures(ctx, s.o.Brokers, s.topics.Sequenced, s.pool, keys, victims, 2*time.Minute)
+	return &c, err
 }
 
 type writerFunc func([]byte) (int, error)

@@ -2,15 +2,21 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/keystore"
 	"github.com/seqflow/seqflow/internal/rebuild"
 	"github.com/seqflow/seqflow/internal/testkit/logcheck"
+	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 // Checks is what the final audit found. Every field but the sizes counts
@@ -59,6 +65,10 @@ type Checks struct {
 	StoreMissing    int `json:"store_missing"`
 	StoreExtra      int `json:"store_extra"`
 	StoreMismatched int `json:"store_mismatched"`
+
+	// Erasure is what the erasures in the load left (nil: none were
+	// made, Options.EraseEvery).
+	Erasure *ErasureChecks `json:"erasure,omitempty"`
 
 	// Findings are the first few findings, in words.
 	Findings []string `json:"findings,omitempty"`
@@ -159,10 +169,14 @@ func (c *Checks) finding(format string, args ...any) {
 	}
 }
 
-// Harm sums the counters that must be 0.
+// Harm sums the counters that must be 0, the erasures' among them.
 func (c Checks) Harm() int {
-	return c.LostFromLog + c.LostFromStore + c.DuplicatedInLog + c.DuplicatedRows + c.SeqReused + c.SeqRegressions +
+	h := c.LostFromLog + c.LostFromStore + c.DuplicatedInLog + c.DuplicatedRows + c.SeqReused + c.SeqRegressions +
 		c.OrderViolations + c.AckSeqMismatch + c.BadDuplicateAcks + c.AcceptedNotAllowed + c.StoreMissing + c.StoreExtra + c.StoreMismatched
+	if c.Erasure != nil {
+		h += c.Erasure.Harm()
+	}
+	return h
 }
 
 // verify runs every check: the log (internal/audit) against the acked set,
@@ -234,4 +248,270 @@ func seqs(s []int64) string {
 		return fmt.Sprint(s)
 	}
 	return fmt.Sprintf("%d seqs [%d %d %d … %d]", len(s), s[0], s[1], s[2], s[len(s)-1])
+}
+
+// ErasureChecks is what the audit found of the erasures in the load
+// (eraser.go). Victims, Erased, Attempts, VictimSends, SetupErrors,
+// KeysDestroyed and SessionsLeft are sizes; the rest counts harm.
+type ErasureChecks struct {
+	Victims       int   `json:"victims"`
+	Erased        int   `json:"erased"`
+	Attempts      int   `json:"attempts"`
+	VictimSends   int   `json:"victim_sends"`
+	SetupErrors   int   `json:"setup_errors"`
+	KeysDestroyed int64 `json:"keys_destroyed"`
+	SessionsLeft  int   `json:"sessions_left"`
+
+	// NotErased: victims no gateway answered the erasure ok within
+	// eraseWithin, however often it was retried.
+	NotErased int `json:"not_erased"`
+	// VictimNotOnce: a victim's acked message with no event in the log,
+	// two, or one at another seq than its ACK's. VictimOutOfOrder: a
+	// victim's message acked with a seq not above the one before it in
+	// the same session (each was acked before the next was sent).
+	VictimNotOnce    int `json:"victim_not_once"`
+	VictimOutOfOrder int `json:"victim_out_of_order"`
+	// KeysLeft: rows of seqflow_data_keys a victim still owns.
+	// KeysNotRecorded: a victim missing from seqflow_erased_users, or a
+	// key of a victim's body missing from seqflow_destroyed_keys (under
+	// that victim).
+	KeysLeft        int `json:"keys_left"`
+	KeysNotRecorded int `json:"keys_not_recorded"`
+	// BodiesOpen: a victim's body in the log that is not reported
+	// destroyed by the key store (keystore.OpenBody without
+	// ErrDestroyed), or is not sealed at all.
+	BodiesOpen int `json:"bodies_open"`
+	// LeavesMissing: a session a victim was in with no erasure leave
+	// (a membership remove of it carrying MembershipChange.erasure) above
+	// the victim's last message there.
+	LeavesMissing int `json:"leaves_missing"`
+
+	Findings []string `json:"findings,omitempty"`
+}
+
+// Harm sums the counters that must be 0.
+func (c ErasureChecks) Harm() int {
+	return c.NotErased + c.VictimNotOnce + c.VictimOutOfOrder + c.KeysLeft + c.KeysNotRecorded + c.BodiesOpen + c.LeavesMissing
+}
+
+func (c *ErasureChecks) finding(format string, args ...any) {
+	if len(c.Findings) < 40 {
+		c.Findings = append(c.Findings, fmt.Sprintf(format, args...))
+	}
+}
+
+// victimEvent is what the erasure checks need of an event of the log
+// sent by a victim (a victim is the sender of everything it is in: the
+// sessions it made, its messages, and its erasure's transfers and leaves).
+type victimEvent struct {
+	Session, ClientMsgID, Sender string
+	Seq                          int64
+	// Message: a message event; KeyID its body's data key (0: not
+	// sealed), HasBody whether it has a body at all, OpenErr what
+	// keystore.OpenBody said of it after the run.
+	Message bool
+	KeyID   int64
+	HasBody bool
+	OpenErr error
+	// ErasureLeave: a membership remove of Sender carrying an erasure
+	// record.
+	ErasureLeave bool
+}
+
+// keyFacts is what the key store holds of the victims after the run.
+type keyFacts struct {
+	live      map[string]int   // owner → rows in seqflow_data_keys
+	erased    map[string]bool  // owners in seqflow_erased_users
+	destroyed map[int64]string // key_id → owner, seqflow_destroyed_keys
+}
+
+// checkErasures checks the victims against the events they sent, in log
+// order per partition, and the key store.
+func checkErasures(victims []Victim, evs []victimEvent, f keyFacts) ErasureChecks {
+	c := ErasureChecks{Victims: len(victims)}
+	type key struct{ session, id string }
+	bySend := map[key][]victimEvent{}
+	bySender := map[string][]victimEvent{}
+	for _, ev := range evs {
+		bySend[key{ev.Session, ev.ClientMsgID}] = append(bySend[key{ev.Session, ev.ClientMsgID}], ev)
+		bySender[ev.Sender] = append(bySender[ev.Sender], ev)
+	}
+	for _, v := range victims {
+		c.Attempts += v.Attempts
+		c.VictimSends += len(v.Sent)
+		c.KeysDestroyed += v.KeysDestroyed
+		c.SessionsLeft += v.SessionsLeft
+		if v.SetupError != "" {
+			c.SetupErrors++
+		}
+		if v.Erased {
+			c.Erased++
+		} else {
+			c.NotErased++
+			c.finding("%s not erased after %d calls: %s", v.User, v.Attempts, v.EraseError)
+		}
+		last := map[string]int64{}
+		for _, s := range v.Sent {
+			got := bySend[key{s.Session, s.ClientMsgID}]
+			if len(got) != 1 || got[0].Seq != s.Seq {
+				c.VictimNotOnce++
+				c.finding("%s's message %s/%s acked with seq %d: %d events in the log", v.User, s.Session, s.ClientMsgID, s.Seq, len(got))
+			}
+			if s.Seq <= last[s.Session] {
+				c.VictimOutOfOrder++
+				c.finding("%s's message %s/%s acked with seq %d after %d", v.User, s.Session, s.ClientMsgID, s.Seq, last[s.Session])
+			}
+			last[s.Session] = s.Seq
+		}
+		if n := f.live[v.User]; n > 0 {
+			c.KeysLeft += n
+			c.finding("%s still owns %d data keys", v.User, n)
+		}
+		if !f.erased[v.User] {
+			c.KeysNotRecorded++
+			c.finding("%s not in seqflow_erased_users", v.User)
+		}
+		// The sessions it was in: those it made (as the eraser knows
+		// them) and any with an event it sent.
+		sessions := map[string]bool{}
+		for _, s := range v.Sessions {
+			sessions[s] = true
+		}
+		lastMsg, leave := map[string]int64{}, map[string]int64{}
+		keys := map[int64]bool{}
+		for _, ev := range bySender[v.User] {
+			sessions[ev.Session] = true
+			switch {
+			case ev.ErasureLeave:
+				leave[ev.Session] = max(leave[ev.Session], ev.Seq)
+			case ev.Message:
+				lastMsg[ev.Session] = max(lastMsg[ev.Session], ev.Seq)
+				if !ev.HasBody {
+					break
+				}
+				if ev.KeyID == 0 || !errors.Is(ev.OpenErr, keystore.ErrDestroyed) {
+					c.BodiesOpen++
+					c.finding("%s's body at %s seq %d (key %d) is not destroyed: %v", v.User, ev.Session, ev.Seq, ev.KeyID, ev.OpenErr)
+				}
+				if ev.KeyID != 0 && !keys[ev.KeyID] {
+					keys[ev.KeyID] = true
+					if f.destroyed[ev.KeyID] != v.User {
+						c.KeysNotRecorded++
+						c.finding("%s's key %d not recorded as destroyed (owner %q)", v.User, ev.KeyID, f.destroyed[ev.KeyID])
+					}
+				}
+			}
+		}
+		for s := range sessions {
+			if leave[s] == 0 || leave[s] <= lastMsg[s] {
+				c.LeavesMissing++
+				c.finding("%s in %s: erasure leave at seq %d, last message at %d", v.User, s, leave[s], lastMsg[s])
+			}
+		}
+	}
+	return c
+}
+
+// verifyErasures reads the victims' events from the log and what the key
+// store holds of them, and checks them (checkErasures). The last
+// victims' leaves may still be on their way through the sequencer: it
+// reads again until every leave is there or settle has passed.
+func verifyErasures(ctx context.Context, brokers []string, topic string, pool *pgxpool.Pool, keys *keystore.Store,
+	victims []Victim, settle time.Duration) (ErasureChecks, error) {
+	users := map[string]bool{}
+	var names []string
+	for _, v := range victims {
+		users[v.User] = true
+		names = append(names, v.User)
+	}
+	deadline := time.Now().Add(settle)
+	for {
+		var evs []victimEvent
+		end, err := rebuild.CurrentEnds(ctx, brokers, topic)
+		if err != nil {
+			return ErasureChecks{}, fmt.Errorf("find the end of the log: %w", err)
+		}
+		err = rebuild.Scan(ctx, brokers, topic, end, func(r *kgo.Record) error {
+			var ev imv1.SequencedEvent
+			if err := proto.Unmarshal(r.Value, &ev); err != nil {
+				return fmt.Errorf("%s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+			}
+			if !users[ev.SenderUserId] {
+				return nil
+			}
+			ve := victimEvent{Session: ev.SessionId, ClientMsgID: ev.ClientMsgId, Sender: ev.SenderUserId, Seq: ev.Seq}
+			if m := ev.GetMessage(); m != nil {
+				ve.Message, ve.KeyID, ve.HasBody = true, m.KeyId, len(m.Body) > 0
+				if ve.HasBody {
+					_, ve.OpenErr = keys.OpenBody(ctx, m.KeyId, m.Body, ev.SessionId, ev.SenderUserId)
+				}
+			}
+			if mc := ev.GetMembership(); mc != nil && mc.Op == imv1.MembershipChange_OP_REMOVE && mc.Erasure != nil &&
+				slices.Contains(mc.UserIds, ev.SenderUserId) {
+				ve.ErasureLeave = true
+			}
+			evs = append(evs, ve)
+			return nil
+		})
+		if err != nil {
+			return ErasureChecks{}, fmt.Errorf("read the victims' events: %w", err)
+		}
+		f, err := readKeyFacts(ctx, pool, names)
+		if err != nil {
+			return ErasureChecks{}, err
+		}
+		c := checkErasures(victims, evs, f)
+		if c.LeavesMissing == 0 || time.Now().After(deadline) {
+			return c, nil
+		}
+		if err := sleep(ctx, 2*time.Second); err != nil {
+			return c, err
+		}
+	}
+}
+
+// readKeyFacts reads what the key store tables hold of users.
+func readKeyFacts(ctx context.Context, pool *pgxpool.Pool, users []string) (keyFacts, error) {
+	f := keyFacts{live: map[string]int{}, erased: map[string]bool{}, destroyed: map[int64]string{}}
+	rows, err := pool.Query(ctx, `SELECT owner_user_id, count(*) FROM seqflow_data_keys WHERE owner_user_id = ANY($1) GROUP BY 1`, users)
+	if err != nil {
+		return f, fmt.Errorf("read the victims' live keys: %w", err)
+	}
+	for rows.Next() {
+		var u string
+		var n int
+		if err := rows.Scan(&u, &n); err != nil {
+			rows.Close()
+			return f, err
+		}
+		f.live[u] = n
+	}
+	rows.Close()
+	rows, err = pool.Query(ctx, `SELECT user_id FROM seqflow_erased_users WHERE user_id = ANY($1)`, users)
+	if err != nil {
+		return f, fmt.Errorf("read the erased users: %w", err)
+	}
+	for rows.Next() {
+		var u string
+		if err := rows.Scan(&u); err != nil {
+			rows.Close()
+			return f, err
+		}
+		f.erased[u] = true
+	}
+	rows.Close()
+	rows, err = pool.Query(ctx, `SELECT key_id, owner_user_id FROM seqflow_destroyed_keys WHERE owner_user_id = ANY($1)`, users)
+	if err != nil {
+		return f, fmt.Errorf("read the destroyed keys: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var u string
+		if err := rows.Scan(&id, &u); err != nil {
+			return f, err
+		}
+		f.destroyed[id] = u
+	}
+	return f, rows.Err()
 }

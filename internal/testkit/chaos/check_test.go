@@ -2,10 +2,12 @@ package chaos
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/seqflow/seqflow/client/load"
+	"github.com/seqflow/seqflow/internal/keystore"
 	"github.com/seqflow/seqflow/internal/testkit/logcheck"
 )
 
@@ -132,5 +134,148 @@ func TestReportJSONKeys(t *testing.T) {
 	var sb strings.Builder
 	if err := r.Table(&sb); err != nil || !strings.Contains(sb.String(), "postgres_restart") || !strings.Contains(sb.String(), "PASS") {
 		t.Fatalf("table %v:\n%s", err, sb.String())
+	}
+}
+
+// TestCheckErasures runs the erasure checks on victims, events and key
+// store facts written by hand: a clean erasure, then one case per harm
+// counter showing it can fail.
+func TestCheckErasures(t *testing.T) {
+	const v = "c1-v0001"
+	victim := func() Victim {
+		return Victim{User: v, Sessions: []string{"g", "d"}, Erased: true, Attempts: 1, KeysDestroyed: 2, SessionsLeft: 2,
+			Sent: []VictimSend{{"g", "m1", 2}, {"g", "m2", 3}, {"d", "m3", 2}}}
+	}
+	msg := func(s, id string, seq, key int64) victimEvent {
+		return victimEvent{Session: s, ClientMsgID: id, Sender: v, Seq: seq, Message: true, KeyID: key, HasBody: true, OpenErr: keystore.ErrDestroyed}
+	}
+	leave := func(s string, seq int64) victimEvent {
+		return victimEvent{Session: s, ClientMsgID: "erasure:" + v, Sender: v, Seq: seq, ErasureLeave: true}
+	}
+	events := func() []victimEvent {
+		return []victimEvent{{Session: "g", ClientMsgID: "c", Sender: v, Seq: 1}, msg("g", "m1", 2, 7), msg("g", "m2", 3, 7),
+			{Session: "g", ClientMsgID: "erasure-transfer:" + v, Sender: v, Seq: 4}, leave("g", 5),
+			{Session: "d", ClientMsgID: "c2", Sender: v, Seq: 1}, msg("d", "m3", 2, 8), leave("d", 3)}
+	}
+	facts := func() keyFacts {
+		return keyFacts{live: map[string]int{}, erased: map[string]bool{v: true}, destroyed: map[int64]string{7: v, 8: v}}
+	}
+	cases := []struct {
+		name string
+		edit func(vs *[]Victim, evs *[]victimEvent, f *keyFacts)
+		want func(ErasureChecks) bool
+		what string
+	}{
+		{"clean", func(*[]Victim, *[]victimEvent, *keyFacts) {},
+			func(c ErasureChecks) bool {
+				return c.Harm() == 0 && c.Victims == 1 && c.Erased == 1 && c.VictimSends == 3 && c.KeysDestroyed == 2
+			}, "no harm, 1 victim erased, 3 sends"},
+		{"erasure never answered ok", func(vs *[]Victim, _ *[]victimEvent, _ *keyFacts) {
+			(*vs)[0].Erased, (*vs)[0].Attempts, (*vs)[0].EraseError = false, 40, "503"
+		}, func(c ErasureChecks) bool { return c.NotErased == 1 && c.Harm() == 1 }, "not_erased 1"},
+		{"an acked message missing from the log", func(_ *[]Victim, evs *[]victimEvent, _ *keyFacts) {
+			*evs = slices.DeleteFunc(*evs, func(e victimEvent) bool { return e.ClientMsgID == "m2" })
+		}, func(c ErasureChecks) bool { return c.VictimNotOnce == 1 && c.Harm() == 1 }, "victim_not_once 1"},
+		{"an acked message twice in the log", func(_ *[]Victim, evs *[]victimEvent, _ *keyFacts) {
+			*evs = append(*evs, msg("g", "m1", 6, 7))
+		}, func(c ErasureChecks) bool { return c.VictimNotOnce == 1 && c.LeavesMissing == 1 }, "victim_not_once 1 (and the copy after the leave)"},
+		{"an acked message at another seq", func(vs *[]Victim, _ *[]victimEvent, _ *keyFacts) {
+			(*vs)[0].Sent[2].Seq = 1
+		}, func(c ErasureChecks) bool { return c.VictimNotOnce == 1 && c.VictimOutOfOrder == 0 }, "victim_not_once 1"},
+		{"acks out of the sending order", func(vs *[]Victim, _ *[]victimEvent, _ *keyFacts) {
+			s := (*vs)[0].Sent
+			s[0], s[1] = s[1], s[0]
+		}, func(c ErasureChecks) bool { return c.VictimOutOfOrder == 1 && c.VictimNotOnce == 0 }, "victim_out_of_order 1"},
+		{"a key left in seqflow_data_keys", func(_ *[]Victim, _ *[]victimEvent, f *keyFacts) { f.live[v] = 1 },
+			func(c ErasureChecks) bool { return c.KeysLeft == 1 && c.Harm() == 1 }, "keys_left 1"},
+		{"not in seqflow_erased_users", func(_ *[]Victim, _ *[]victimEvent, f *keyFacts) { delete(f.erased, v) },
+			func(c ErasureChecks) bool { return c.KeysNotRecorded == 1 && c.Harm() == 1 }, "keys_not_recorded 1"},
+		{"a key not in seqflow_destroyed_keys", func(_ *[]Victim, _ *[]victimEvent, f *keyFacts) { delete(f.destroyed, 8) },
+			func(c ErasureChecks) bool { return c.KeysNotRecorded == 1 && c.Harm() == 1 }, "keys_not_recorded 1"},
+		{"a body still opens", func(_ *[]Victim, evs *[]victimEvent, _ *keyFacts) { (*evs)[2].OpenErr = nil },
+			func(c ErasureChecks) bool { return c.BodiesOpen == 1 && c.Harm() == 1 }, "bodies_open 1"},
+		{"a body the key store cannot reach", func(_ *[]Victim, evs *[]victimEvent, _ *keyFacts) { (*evs)[2].OpenErr = keystore.ErrUnavailable },
+			func(c ErasureChecks) bool { return c.BodiesOpen == 1 }, "bodies_open 1"},
+		{"a body not sealed", func(_ *[]Victim, evs *[]victimEvent, _ *keyFacts) { (*evs)[1].KeyID, (*evs)[1].OpenErr = 0, nil },
+			func(c ErasureChecks) bool { return c.BodiesOpen == 1 }, "bodies_open 1"},
+		{"a session without its leave", func(_ *[]Victim, evs *[]victimEvent, _ *keyFacts) {
+			*evs = slices.DeleteFunc(*evs, func(e victimEvent) bool { return e.ErasureLeave && e.Session == "d" })
+		}, func(c ErasureChecks) bool { return c.LeavesMissing == 1 && c.Harm() == 1 }, "leaves_missing 1"},
+		{"a session only the log knows, without a leave", func(_ *[]Victim, evs *[]victimEvent, _ *keyFacts) {
+			*evs = append(*evs, victimEvent{Session: "x", ClientMsgID: "c3", Sender: v, Seq: 1})
+		}, func(c ErasureChecks) bool { return c.LeavesMissing == 1 }, "leaves_missing 1"},
+		{"a message after the leave", func(_ *[]Victim, evs *[]victimEvent, f *keyFacts) {
+			*evs = append(*evs, msg("d", "m9", 4, 9))
+			f.destroyed[9] = v
+		}, func(c ErasureChecks) bool { return c.LeavesMissing == 1 && c.Harm() == 1 }, "leaves_missing 1"},
+		{"a leave of someone else's erasure is not the victim's", func(_ *[]Victim, evs *[]victimEvent, _ *keyFacts) {
+			for i := range *evs {
+				if (*evs)[i].ErasureLeave && (*evs)[i].Session == "g" {
+					(*evs)[i].Sender = "c1-v0002"
+				}
+			}
+		}, func(c ErasureChecks) bool { return c.LeavesMissing == 1 }, "leaves_missing 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			vs, evs, f := []Victim{victim()}, events(), facts()
+			c.edit(&vs, &evs, &f)
+			got := checkErasures(vs, evs, f)
+			if !c.want(got) {
+				b, _ := json.Marshal(got)
+				t.Fatalf("checks %s, want %s", b, c.what)
+			}
+			if got.Harm() > 0 && len(got.Findings) == 0 {
+				t.Fatal("harm without a finding in words")
+			}
+			if (Checks{Erasure: &got}).Harm() != got.Harm() {
+				t.Fatal("Checks.Harm leaves the erasures out")
+			}
+		})
+	}
+}
+
+// TestJudgeErasures: each erasure harm counter fails the run and is named
+// in the table; erasures that were on and erased nobody fail it too.
+func TestJudgeErasures(t *testing.T) {
+	set := map[string]func(*ErasureChecks){
+		"erasure_not_erased":          func(e *ErasureChecks) { e.NotErased = 1 },
+		"erasure_victim_not_once":     func(e *ErasureChecks) { e.VictimNotOnce = 1 },
+		"erasure_victim_out_of_order": func(e *ErasureChecks) { e.VictimOutOfOrder = 1 },
+		"erasure_keys_left":           func(e *ErasureChecks) { e.KeysLeft = 1 },
+		"erasure_keys_not_recorded":   func(e *ErasureChecks) { e.KeysNotRecorded = 1 },
+		"erasure_bodies_open":         func(e *ErasureChecks) { e.BodiesOpen = 1 },
+		"erasure_leaves_missing":      func(e *ErasureChecks) { e.LeavesMissing = 1 },
+	}
+	report := func(e *ErasureChecks) *Report {
+		r := &Report{Acked: 10, RecoveryTargetS: 11, Faults: []FaultResult{{N: 1, Kind: KillSequencer, RecoveryS: 1}}}
+		r.Checks.Erasure = e
+		r.judge(1)
+		return r
+	}
+	r := report(&ErasureChecks{Victims: 3, Erased: 3})
+	var sb strings.Builder
+	if err := r.Table(&sb); err != nil || !r.OK || r.Erasures != 3 || !strings.Contains(sb.String(), "3 erased") {
+		t.Fatalf("clean: OK %v erasures %d failures %q\n%s", r.OK, r.Erasures, r.Failures, sb.String())
+	}
+	for name, f := range set {
+		t.Run(name, func(t *testing.T) {
+			e := &ErasureChecks{Victims: 3, Erased: 3}
+			f(e)
+			r := report(e)
+			var sb strings.Builder
+			if err := r.Table(&sb); err != nil {
+				t.Fatal(err)
+			}
+			if r.OK || !strings.Contains(strings.Join(r.Failures, "\n"), name+" = 1") || !strings.Contains(sb.String(), name) {
+				t.Fatalf("OK %v failures %q, want %s = 1 and a row in the table:\n%s", r.OK, r.Failures, name, sb.String())
+			}
+		})
+	}
+	if r := report(&ErasureChecks{Victims: 2}); r.OK {
+		t.Fatal("erasures on, none erased: the run passed")
+	}
+	if r := report(nil); !r.OK || r.Erasures != 0 {
+		t.Fatalf("erasures off: OK %v failures %q", r.OK, r.Failures)
 	}
 }

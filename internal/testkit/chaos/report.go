@@ -44,7 +44,7 @@ type FaultResult struct {
 // Report is the outcome of a run; its JSON is .data/reports/chaos.json.
 // The harm counters (lost, duplicated, seq_reused, seq_regressions,
 // order_violations, undelivered_online, accepted_not_allowed,
-// delivered_after_removal and the details) must all be 0.
+// delivered_after_removal, the erasures' and the details) must all be 0.
 type Report struct {
 	Seed      uint64  `json:"seed"`
 	Short     bool    `json:"short"`
@@ -90,6 +90,10 @@ type Report struct {
 	MissedBeforeRemoval int `json:"missed_before_removal"`
 	RefusedInLog        int `json:"refused_in_log"`
 
+	// Erasures: victims erased during the run (Checks.Erasure has the
+	// rest, and the erasures' harm counters).
+	Erasures int `json:"erasures"`
+
 	MaxRecoveryS map[Kind]float64 `json:"max_recovery_s"`
 	// RecoveryTargetS is the session timeout plus 5s; RecoveryLimitS the
 	// bound past which a fault counts as not recovered (a failure).
@@ -99,11 +103,14 @@ type Report struct {
 	RecoveryLimitS float64 `json:"recovery_limit_s"`
 	OverTarget     int     `json:"faults_over_recovery_target"`
 
-	Checks    Checks            `json:"checks"`
-	Load      load.Report       `json:"load"`
-	LoadError string            `json:"load_error,omitempty"`
-	Faults    []FaultResult     `json:"faults"`
-	Config    map[string]string `json:"config"`
+	Checks    Checks        `json:"checks"`
+	Load      load.Report   `json:"load"`
+	LoadError string        `json:"load_error,omitempty"`
+	Faults    []FaultResult `json:"faults"`
+	// Victims are the users erased in the load, with what they sent and
+	// how their erasure went.
+	Victims []Victim          `json:"victims,omitempty"`
+	Config  map[string]string `json:"config"`
 
 	// OK says every harm counter is 0, every fault recovered within the
 	// limit and at least the minimum of faults was injected; Failures
@@ -125,6 +132,10 @@ func (r *Report) judge(minFaults int) {
 	r.AcceptedNotAllowed, r.DeliveredAfterRemoval = c.AcceptedNotAllowed, int(r.Load.DeliveredAfterRemoval)
 	r.GovernanceOps, r.Refused, r.MissedBeforeRemoval = int(r.Load.GovernanceOps), int(r.Load.Refused), int(r.Load.MissedBeforeRemoval)
 	r.RefusedInLog = c.RefusedInLog
+	r.Erasures = 0
+	if c.Erasure != nil {
+		r.Erasures = c.Erasure.Erased
+	}
 	r.FaultsByKind, r.MaxRecoveryS = map[Kind]int{}, map[Kind]float64{}
 	r.FaultsInjected, r.OverTarget = 0, 0
 	r.Failures = nil
@@ -154,6 +165,14 @@ func (r *Report) judge(minFaults int) {
 			r.Failures = append(r.Failures, fmt.Sprintf("%s = %d", h.name, h.n))
 		}
 	}
+	for _, h := range r.erasureHarm() {
+		if h.n != 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("%s = %d", h.name, h.n))
+		}
+	}
+	if c.Erasure != nil && c.Erasure.Erased == 0 {
+		r.Failures = append(r.Failures, "erasures were on, and no victim was erased")
+	}
 	if r.FaultsInjected < minFaults {
 		r.Failures = append(r.Failures, fmt.Sprintf("only %d faults injected, want at least %d", r.FaultsInjected, minFaults))
 	}
@@ -161,6 +180,24 @@ func (r *Report) judge(minFaults int) {
 		r.Failures = append(r.Failures, "nothing was acked")
 	}
 	r.OK = len(r.Failures) == 0
+}
+
+type counter struct {
+	name string
+	n    int
+}
+
+// erasureHarm lists the erasures' harm counters (none when there were no
+// erasures).
+func (r *Report) erasureHarm() []counter {
+	e := r.Checks.Erasure
+	if e == nil {
+		return nil
+	}
+	return []counter{{"erasure_not_erased", e.NotErased}, {"erasure_victim_not_once", e.VictimNotOnce},
+		{"erasure_victim_out_of_order", e.VictimOutOfOrder}, {"erasure_keys_left", e.KeysLeft},
+		{"erasure_keys_not_recorded", e.KeysNotRecorded}, {"erasure_bodies_open", e.BodiesOpen},
+		{"erasure_leaves_missing", e.LeavesMissing}}
 }
 
 // Table writes the report as text: the harm counters, recovery per fault
@@ -184,6 +221,9 @@ func (r *Report) Table(w io.Writer) error {
 		{"store_missing/extra/mismatched", r.Checks.StoreMissing + r.Checks.StoreExtra + r.Checks.StoreMismatched}} {
 		fmt.Fprintf(tw, "%s\t%d\t\n", row.name, row.n)
 	}
+	for _, row := range r.erasureHarm() {
+		fmt.Fprintf(tw, "%s\t%d\t\n", row.name, row.n)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -196,6 +236,10 @@ func (r *Report) Table(w io.Writer) error {
 		slices.Sort(codes)
 		fmt.Fprintf(w, "(refused sends %d %s, refusal records %d, refused yet in the log %d, missed before removal %d)\n",
 			r.Refused, strings.Join(codes, " "), r.Checks.Refusals, r.RefusedInLog, r.MissedBeforeRemoval)
+	}
+	if e := r.Checks.Erasure; e != nil {
+		fmt.Fprintf(w, "(erasures: %d victims, %d erased in %d admin calls, %d victim messages acked, %d keys destroyed, %d sessions left, %d setup errors)\n",
+			e.Victims, e.Erased, e.Attempts, e.VictimSends, e.KeysDestroyed, e.SessionsLeft, e.SetupErrors)
 	}
 	fmt.Fprintf(w, "(probe round before faults: %s)\n", r.ProbeBaseline)
 	fmt.Fprintf(w, "(log events %d, store rows %d, sessions %d, max seq gap %d, late deliveries %d)\n\n",
@@ -232,6 +276,11 @@ func (r *Report) Table(w io.Writer) error {
 	}
 	for _, f := range r.Checks.Findings {
 		fmt.Fprintf(w, "finding: %s\n", f)
+	}
+	if e := r.Checks.Erasure; e != nil {
+		for _, f := range e.Findings {
+			fmt.Fprintf(w, "finding: erasure: %s\n", f)
+		}
 	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "FAIL: %s\n", f)
