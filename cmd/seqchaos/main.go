@@ -54,7 +54,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	sessions := fs.Int("sessions", 6, "load: sessions, half of them groups of 4")
 	governance := fs.Duration("governance", 500*time.Millisecond, "load: one governance operation per group every this long (±50%); 0 turns it off")
 	plaintext := fs.Bool("plaintext", false, "the gateways do not seal bodies (default: sealed with a KEK of the run, docs/erasure.md); no erasures then")
-	eraseEvery := fs.Duration("erase-every", 5*time.Second, "erasures in the load: every this long (±50%) a fresh victim joins sessions with load users, sends, and is erased through a gateway's admin endpoint; 0 turns it off")
+	eraseEvery := fs.Duration("erase-every", 5*time.Second, "erasures in the load: one victim at a time joins sessions with load users, sends, and is erased through a gateway's admin endpoint this long (±50%) after, or at the next fault's injection; 0 turns it off")
 	maxFaults := fs.Int("max-faults", 0, "stop injecting after this many faults (0: as many as fit)")
 	minFaults := fs.Int("min-faults", 0, "fail when fewer faults were injected (default 50, -short 8)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds (default all, -short the short set); see internal/testkit/chaos")

@@ -82,11 +82,12 @@ type Options struct {
 	// with a KEK of the run (docs/erasure.md), so the key store, in the
 	// PostgreSQL that postgres_restart restarts, is on every send's path.
 	Plaintext bool
-	// EraseEvery is how often (±50%) a fresh victim user joins sessions
-	// with the load's users, has a few messages acked and is erased
-	// through a gateway's admin endpoint (eraser.go); the audit then
-	// checks the erasures (ErasureChecks). Default 5s; negative turns it
-	// off, and so does Plaintext (nothing can be erased without keys).
+	// EraseEvery: victims, one after the other, join sessions with the
+	// load's users, have a few messages acked, and are erased through a
+	// gateway's admin endpoint this long (±50%) after, or at once when a
+	// fault is injected meanwhile (eraser.go); the audit then checks the
+	// erasures (ErasureChecks). Default 5s; negative turns it off, and so
+	// does Plaintext (nothing can be erased without keys).
 	EraseEvery time.Duration
 	// Partitions of every keyed topic (replication factor 3). Default 6.
 	Partitions int32
@@ -227,6 +228,7 @@ type suite struct {
 	gws   []string // gateway addresses
 	book  *ackBook
 	probe *probe
+	er    *eraser // nil without erasures
 
 	sendStart time.Time
 }
@@ -321,11 +323,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	s.sendStart = time.Now()
 	sendEnd := s.sendStart.Add(o.Duration)
 	fmt.Fprintf(o.Out, "chaos %s: sending; faults from %s on (seed %d)\n", s.id, o.Warmup, o.Seed)
-	var er *eraser
 	erased := make(chan struct{})
 	if o.EraseEvery > 0 {
-		er = s.newEraser(signer, urls)
-		go func() { defer close(erased); er.run(ctx, sendEnd) }()
+		s.er = s.newEraser(signer, urls)
+		go func() { defer close(erased); s.er.run(ctx, sendEnd) }()
 		defer func() { <-erased }() // before the proxies stop; at once when ctx ended
 	} else {
 		close(erased)
@@ -385,10 +386,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	actx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	var ec *ErasureChecks
-	if er != nil {
+	if s.er != nil {
 		// First: it waits for the last leaves to be sequenced, which the
 		// store audit then finds stored too.
-		rep.Victims = er.done()
+		rep.Victims = s.er.done()
 		if ec, err = s.verifyErasures(actx, rep.Victims); err != nil {
 			return nil, &SetupError{"erasure audit", err}
 		}
@@ -416,7 +417,7 @@ func (s *suite) newEraser(signer *auth.Signer, urls []string) *eraser {
 		peers = append(peers, fmt.Sprintf("c%s-u%04d", s.id, i+1)) // load.Options.UserPrefix's names
 	}
 	return &eraser{every: s.o.EraseEvery, signer: signer, urls: urls, admins: admins, pool: s.pool, peers: peers,
-		prefix: "c" + s.id, seed: s.o.Seed, log: s.log, hc: &http.Client{}}
+		prefix: "c" + s.id, seed: s.o.Seed, log: s.log, hc: &http.Client{}, faults: make(chan Kind, 1)}
 }
 
 // verifyErasures checks the victims' erasures with a key store of its
@@ -630,6 +631,7 @@ func (s *suite) inject(ctx context.Context, f Fault) FaultResult {
 		return res
 	}
 	res.AtS = t0.Sub(s.sendStart).Seconds()
+	s.er.faultInjected(f.Kind)
 	r1 := make(chan time.Time, 1)
 	rctx, cancel := context.WithTimeout(ctx, s.o.MaxRecovery)
 	defer cancel()

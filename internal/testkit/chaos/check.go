@@ -252,7 +252,8 @@ func seqs(s []int64) string {
 
 // ErasureChecks is what the audit found of the erasures in the load
 // (eraser.go). Victims, Erased, Attempts, VictimSends, SetupErrors,
-// KeysDestroyed and SessionsLeft are sizes; the rest counts harm.
+// KeysDestroyed, SessionsLeft, AtFaults and Retried are sizes; the rest
+// counts harm.
 type ErasureChecks struct {
 	Victims       int   `json:"victims"`
 	Erased        int   `json:"erased"`
@@ -261,6 +262,10 @@ type ErasureChecks struct {
 	SetupErrors   int   `json:"setup_errors"`
 	KeysDestroyed int64 `json:"keys_destroyed"`
 	SessionsLeft  int   `json:"sessions_left"`
+	// AtFaults: erasures set off by a fault's injection; Retried: erasures
+	// that took more than one call.
+	AtFaults int `json:"at_faults"`
+	Retried  int `json:"retried"`
 
 	// NotErased: victims no gateway answered the erasure ok within
 	// eraseWithin, however often it was retried.
@@ -343,6 +348,12 @@ func checkErasures(victims []Victim, evs []victimEvent, f keyFacts) ErasureCheck
 		c.SessionsLeft += v.SessionsLeft
 		if v.SetupError != "" {
 			c.SetupErrors++
+		}
+		if v.DuringFault != "" {
+			c.AtFaults++
+		}
+		if v.Attempts > 1 {
+			c.Retried++
 		}
 		if v.Erased {
 			c.Erased++

@@ -170,6 +170,11 @@ func TestCheckErasures(t *testing.T) {
 			func(c ErasureChecks) bool {
 				return c.Harm() == 0 && c.Victims == 1 && c.Erased == 1 && c.VictimSends == 3 && c.KeysDestroyed == 2
 			}, "no harm, 1 victim erased, 3 sends"},
+		{"erased at a fault, after a failed call", func(vs *[]Victim, _ *[]victimEvent, _ *keyFacts) {
+			(*vs)[0].DuringFault, (*vs)[0].Attempts = PostgresRestart, 3
+		}, func(c ErasureChecks) bool {
+			return c.Harm() == 0 && c.AtFaults == 1 && c.Retried == 1 && c.Attempts == 3
+		}, "no harm, at_faults 1, retried 1"},
 		{"erasure never answered ok", func(vs *[]Victim, _ *[]victimEvent, _ *keyFacts) {
 			(*vs)[0].Erased, (*vs)[0].Attempts, (*vs)[0].EraseError = false, 40, "503"
 		}, func(c ErasureChecks) bool { return c.NotErased == 1 && c.Harm() == 1 }, "not_erased 1"},

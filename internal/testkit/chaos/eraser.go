@@ -20,12 +20,15 @@ import (
 	"github.com/seqflow/seqflow/internal/auth"
 )
 
-// Erasures in the load: every few seconds a fresh victim user takes part
-// in real sessions with the load's users (a group it creates with two of
-// them, a direct session with a third), has a few messages acked there
-// through the proxies, and is then erased through a gateway's admin
-// endpoint (POST /erase/user, docs/erasure.md), retried while a fault
-// makes it fail. The victims are never the load's senders: the load's
+// Erasures in the load: a fresh victim user takes part in real sessions
+// with the load's users (a group it creates with two of them, a direct
+// session with a third), has a few messages acked there through the
+// proxies, and is then erased through a gateway's admin endpoint (POST
+// /erase/user, docs/erasure.md) at the next fault's injection or after a
+// few seconds, whichever comes first, retried while a fault makes it
+// fail. Erasing at the injection puts erasures inside the faults
+// (a key-store restart, a broker or gateway gone) rather than between
+// them. The victims are never the load's senders: the load's
 // own guarantees are checked unchanged, and the erasure's are checked at
 // the end (checkErasures).
 
@@ -57,7 +60,10 @@ type Victim struct {
 	SetupError string `json:"setup_error,omitempty"`
 	// Erased: a gateway answered the erasure ok, after Attempts calls;
 	// EraseError is the last failed call's error.
-	Erased        bool    `json:"erased"`
+	Erased bool `json:"erased"`
+	// DuringFault is the fault kind whose injection set the erasure off
+	// ("" when its timer did).
+	DuringFault   Kind    `json:"during_fault,omitempty"`
 	Attempts      int     `json:"attempts"`
 	EraseError    string  `json:"erase_error,omitempty"`
 	EraseS        float64 `json:"erase_s"`
@@ -79,12 +85,27 @@ type eraser struct {
 	log    *slog.Logger
 	hc     *http.Client
 
+	faults chan Kind // injections, to erase at (faultInjected)
+
 	mu      sync.Mutex
 	victims []*Victim
 }
 
-// run makes a victim every e.every (±50%) until until, erasing each
-// before the next; the victim in hand at until is still erased. It
+// faultInjected tells the eraser a fault of kind k was just injected: the
+// victim in hand is erased now (once it is ready), not at its timer. It
+// never blocks.
+func (e *eraser) faultInjected(k Kind) {
+	if e == nil {
+		return
+	}
+	select {
+	case e.faults <- k:
+	default:
+	}
+}
+
+// run makes victims one after the other until until, each erased before
+// the next is made; the victim in hand at until is still erased. It
 // returns when the last erasure is done or ctx ends.
 func (e *eraser) run(ctx context.Context, until time.Time) {
 	rnd := mrand.New(mrand.NewPCG(e.seed, 29))
@@ -94,10 +115,8 @@ func (e *eraser) run(ctx context.Context, until time.Time) {
 		e.victims = append(e.victims, v)
 		e.mu.Unlock()
 		e.one(ctx, n, v, rnd)
-		e.log.Info("victim", "user_id", v.User, "erased", v.Erased, "attempts", v.Attempts,
+		e.log.Info("victim", "user_id", v.User, "erased", v.Erased, "attempts", v.Attempts, "during_fault", string(v.DuringFault),
 			"sends", len(v.Sent), "setup_error", v.SetupError, "err", v.EraseError)
-		jitter := time.Duration(float64(e.every) * (0.5 + rnd.Float64()))
-		_ = sleep(ctx, jitter)
 	}
 }
 
@@ -142,6 +161,15 @@ func (e *eraser) one(ctx context.Context, n int, v *Victim, rnd *mrand.Rand) {
 		stopClient()
 	}
 	e.awaitStored(ctx, v)
+	// Ready: erased every e.every (±50%), or at once when a fault is
+	// injected meanwhile (one injected while it was made counts too: the
+	// fault may still be on).
+	select {
+	case k := <-e.faults:
+		e.set(func() { v.DuringFault = k })
+	case <-time.After(time.Duration(float64(e.every) * (0.5 + rnd.Float64()))):
+	case <-ctx.Done():
+	}
 	// The victim stays connected (unless its setup failed): the erasure
 	// signs its device out and the gateway closes the connection.
 	e.erase(ctx, n, v)

@@ -238,8 +238,8 @@ func (r *Report) Table(w io.Writer) error {
 			r.Refused, strings.Join(codes, " "), r.Checks.Refusals, r.RefusedInLog, r.MissedBeforeRemoval)
 	}
 	if e := r.Checks.Erasure; e != nil {
-		fmt.Fprintf(w, "(erasures: %d victims, %d erased in %d admin calls, %d victim messages acked, %d keys destroyed, %d sessions left, %d setup errors)\n",
-			e.Victims, e.Erased, e.Attempts, e.VictimSends, e.KeysDestroyed, e.SessionsLeft, e.SetupErrors)
+		fmt.Fprintf(w, "(erasures: %d victims, %d erased in %d admin calls (%d at a fault's injection, %d retried), %d victim messages acked, %d keys destroyed, %d sessions left, %d setup errors)\n",
+			e.Victims, e.Erased, e.Attempts, e.AtFaults, e.Retried, e.VictimSends, e.KeysDestroyed, e.SessionsLeft, e.SetupErrors)
 	}
 	fmt.Fprintf(w, "(probe round before faults: %s)\n", r.ProbeBaseline)
 	fmt.Fprintf(w, "(log events %d, store rows %d, sessions %d, max seq gap %d, late deliveries %d)\n\n",
