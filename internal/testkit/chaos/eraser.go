@@ -26,11 +26,10 @@ import (
 // proxies, and is then erased through a gateway's admin endpoint (POST
 // /erase/user, docs/erasure.md) at the next fault's injection or after a
 // few seconds, whichever comes first, retried while a fault makes it
-// fail. Erasing at the injection puts erasures inside the faults
-// (a key-store restart, a broker or gateway gone) rather than between
-// them. The victims are never the load's senders: the load's
-// own guarantees are checked unchanged, and the erasure's are checked at
-// the end (checkErasures).
+// fail. Erasing at the injection puts erasures inside the faults (a
+// key-store restart, a broker or gateway gone), not only between them.
+// The victims are never the load's senders: the load's own guarantees are
+// checked unchanged, and the erasures' at the end (checkErasures).
 
 const (
 	// victimSends is how many messages a victim sends to each of its
@@ -58,12 +57,14 @@ type Victim struct {
 	// SetupError: the victim could not take part in every session it
 	// meant to (a fault outlasted the wait); it is erased all the same.
 	SetupError string `json:"setup_error,omitempty"`
-	// Erased: a gateway answered the erasure ok, after Attempts calls;
-	// EraseError is the last failed call's error.
-	Erased bool `json:"erased"`
 	// DuringFault is the fault kind whose injection set the erasure off
 	// ("" when its timer did).
-	DuringFault   Kind    `json:"during_fault,omitempty"`
+	DuringFault Kind `json:"during_fault,omitempty"`
+	// Erased: a gateway answered the erasure ok, after Attempts calls and
+	// EraseS seconds; EraseError is the last failed call's error. The
+	// counts are the answers' (a call after a failed one counts what was
+	// left to do).
+	Erased        bool    `json:"erased"`
 	Attempts      int     `json:"attempts"`
 	EraseError    string  `json:"erase_error,omitempty"`
 	EraseS        float64 `json:"erase_s"`
@@ -161,7 +162,7 @@ func (e *eraser) one(ctx context.Context, n int, v *Victim, rnd *mrand.Rand) {
 		stopClient()
 	}
 	e.awaitStored(ctx, v)
-	// Ready: erased every e.every (±50%), or at once when a fault is
+	// Ready: erased e.every (±50%) from now, or at once when a fault is
 	// injected meanwhile (one injected while it was made counts too: the
 	// fault may still be on).
 	select {
@@ -280,7 +281,6 @@ func (e *eraser) erase(ctx context.Context, n int, v *Victim) {
 				return
 			}
 			v.Erased, v.EraseError, v.EraseS = true, "", time.Since(began).Seconds()
-			// A call after a failed one counts only what was left to do.
 			v.KeysDestroyed += ans.KeysDestroyed
 			v.SessionsLeft += ans.SessionsLeft
 			v.Transfers += ans.Transfers

@@ -125,3 +125,26 @@ func TestOptionsValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestEraseEveryDefaults: erasures are on by default, off when negative,
+// and off with plaintext bodies (nothing to erase without keys).
+func TestEraseEveryDefaults(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		every     time.Duration
+		plaintext bool
+		want      time.Duration
+	}{
+		{"default", 0, false, 5 * time.Second},
+		{"given", 2 * time.Second, false, 2 * time.Second},
+		{"off", -1, false, 0},
+		{"plaintext", 2 * time.Second, true, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := Options{Brokers: []string{"a:1", "b:2", "c:3"}, EraseEvery: c.every, Plaintext: c.plaintext}
+			if err := o.defaults(); err != nil || o.EraseEvery != c.want {
+				t.Fatalf("EraseEvery %s (err %v), want %s", o.EraseEvery, err, c.want)
+			}
+		})
+	}
+}
