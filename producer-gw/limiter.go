@@ -18,6 +18,15 @@ import (
 // it. redis_rate (GCRA in one Lua script, one round trip per key) keeps
 // them; the keys expire by themselves once a bucket is full again.
 //
+// A gateway takes a user's tokens from Redis a few at a time (a lease of
+// leaseSize, at most what the bucket holds) and spends them on that user's
+// next requests without a round trip, for at most leaseTTL; what is left
+// then is dropped. The shared bucket is never overdrawn (a leased token
+// was taken from it); a user who moves to another gateway loses at most
+// leaseSize-1 tokens; Redis sees a tenth of the requests with the default
+// burst of 100 (leaseSize is burst/10, from 1 to 10; with a per-device
+// limit every request asks Redis, as both buckets must agree).
+//
 // When Redis does not answer within redisLimitTimeout, the decision falls
 // back to this instance's own buckets (counted in
 // seqflow_gateway_rate_limit_fallbacks_total) and Redis is left alone for
@@ -27,6 +36,8 @@ import (
 const (
 	redisLimitTimeout  = 50 * time.Millisecond
 	redisLimitCooldown = time.Second
+	leaseTTL           = time.Second
+	maxLease           = 10
 )
 
 // limiter decides whether a request of a user's device may go on: within
@@ -41,6 +52,15 @@ type limiter struct {
 
 	mu        sync.Mutex
 	downUntil time.Time // Redis is skipped until then after a failure
+	leaseSize int       // tokens taken from Redis at a time (1: no lease)
+	leases    map[string]lease
+}
+
+// lease is what is left of the tokens a gateway took from a user's bucket
+// in Redis, usable until expires.
+type lease struct {
+	left    int
+	expires time.Time
 }
 
 func newLimiter(rdb redis.UniversalClient, cfg Config, log *slog.Logger, m *metrics, now func() time.Time) *limiter {
@@ -48,6 +68,10 @@ func newLimiter(rdb redis.UniversalClient, cfg Config, log *slog.Logger, m *metr
 		user:  redis_rate.Limit{Rate: cfg.RatePerUser, Burst: cfg.RateBurst, Period: time.Second},
 		users: newLimiters(cfg.RatePerUser, cfg.RateBurst, now),
 		log:   log, m: m, now: now,
+		leaseSize: 1, leases: map[string]lease{},
+	}
+	if cfg.RatePerDevice <= 0 {
+		l.leaseSize = min(maxLease, max(1, cfg.RateBurst/10))
 	}
 	if cfg.RatePerDevice > 0 {
 		l.device = redis_rate.Limit{Rate: cfg.RatePerDevice, Burst: cfg.RateDeviceBurst, Period: time.Second}
@@ -98,16 +122,51 @@ func (l *limiter) allowRedis(ctx context.Context, p auth.Principal) (bool, error
 		res, err = l.redis.Allow(ctx, "seqflow:rate:d:"+p.UserID+"/"+p.DeviceID, l.device)
 	}
 	if err == nil && (res == nil || res.Allowed > 0) {
+		if l.leaseSize > 1 {
+			return l.allowLeased(ctx, p.UserID)
+		}
 		res, err = l.redis.Allow(ctx, "seqflow:rate:u:"+p.UserID, l.user)
 	}
 	if err != nil {
-		l.mu.Lock()
-		l.downUntil = l.now().Add(redisLimitCooldown)
-		l.mu.Unlock()
-		l.log.Warn("rate limit in redis failed; local buckets for a while", "cooldown", redisLimitCooldown, "err", err)
-		return false, err
+		return false, l.redisFailed(err)
 	}
 	return res.Allowed > 0, nil
+}
+
+func (l *limiter) redisFailed(err error) error {
+	l.mu.Lock()
+	l.downUntil = l.now().Add(redisLimitCooldown)
+	l.mu.Unlock()
+	l.log.Warn("rate limit in redis failed; local buckets for a while", "cooldown", redisLimitCooldown, "err", err)
+	return err
+}
+
+// allowLeased spends a token of user's lease, or takes a new lease of up
+// to leaseSize tokens from Redis (ctx bounds the call).
+func (l *limiter) allowLeased(ctx context.Context, user string) (bool, error) {
+	now := l.now()
+	l.mu.Lock()
+	if ls, ok := l.leases[user]; ok && ls.left > 0 && now.Before(ls.expires) {
+		ls.left--
+		l.leases[user] = ls
+		l.mu.Unlock()
+		return true, nil
+	}
+	l.mu.Unlock()
+	// Two requests of a user may both miss and both lease; each spends its
+	// own tokens, so the bucket is still never overdrawn.
+	res, err := l.redis.AllowAtMost(ctx, "seqflow:rate:u:"+user, l.user, l.leaseSize)
+	if err != nil {
+		return false, l.redisFailed(err)
+	}
+	l.m.rateLeases.Inc()
+	if res.Allowed == 0 {
+		return false, nil
+	}
+	l.mu.Lock()
+	l.leases[user] = lease{left: res.Allowed - 1, expires: now.Add(leaseTTL)}
+	l.mu.Unlock()
+	return true, nil
 }
 
 // Run sweeps the local buckets once a second until ctx ends, and returns
@@ -115,6 +174,13 @@ func (l *limiter) allowRedis(ctx context.Context, p auth.Principal) (bool, error
 func (l *limiter) Run(ctx context.Context) error {
 	return every(ctx, time.Second, func() {
 		now := l.now()
+		l.mu.Lock()
+		for u, ls := range l.leases {
+			if !now.Before(ls.expires) {
+				delete(l.leases, u)
+			}
+		}
+		l.mu.Unlock()
 		l.users.sweep(now)
 		if l.devices != nil {
 			l.devices.sweep(now)

@@ -22,7 +22,9 @@ type metrics struct {
 	// rateFallbacks counts rate-limit decisions taken by this instance's
 	// own buckets because Redis failed or was cooling down after a failure.
 	rateFallbacks prometheus.Counter
-	signals       *prometheus.CounterVec // by signal (typing, read) and outcome
+	// rateLeases counts the leases of a user's tokens taken from Redis.
+	rateLeases prometheus.Counter
+	signals    *prometheus.CounterVec // by signal (typing, read) and outcome
 	// unreadRecounts counts the store recounts of unread counts after a
 	// read below a connection's seed, by outcome: ok, error, dropped_queue_full.
 	unreadRecounts *prometheus.CounterVec
@@ -105,6 +107,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_gateway_rate_limit_fallbacks_total",
 			Help: "Rate-limit decisions taken by this instance's own buckets because Redis did not answer (or failed less than a second ago).",
 		}),
+		rateLeases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqflow_gateway_rate_limit_leases_total",
+			Help: "Calls to Redis that took a lease of a user's tokens (up to a tenth of the burst, spent by this gateway within a second).",
+		}),
 		presenceErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_presence_errors_total", Help: "Failed presence writes to Redis.",
 		}),
@@ -137,7 +143,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
-		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
+		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.rateLeases, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
 		m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors)
 	return m
 }

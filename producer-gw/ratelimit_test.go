@@ -1,16 +1,24 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/internal/testkit/clienttest"
+	"github.com/seqflow/seqflow/internal/testkit/stack"
 	"github.com/seqflow/seqflow/internal/wire"
 )
 
@@ -161,4 +169,77 @@ func (px *tcpProxy) stop() {
 		c.Close()
 	}
 	px.conns = nil
+}
+
+// evalCounter counts the scripts a Redis client runs by hash (redis_rate's
+// one call each; an EVAL after a NOSCRIPT reply only loads it).
+type evalCounter struct{ n atomic.Int64 }
+
+func (c *evalCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestLimiterLeasesTokens, against the stack's Redis: a gateway takes a
+// user's tokens ten at a time (burst 100), so Redis sees a tenth of the
+// requests; the shared bucket is never overdrawn, and another gateway
+// finds it as the first left it; an expired lease is dropped and the next
+// request asks Redis again.
+func TestLimiterLeasesTokens(t *testing.T) {
+	st := stack.Require(t, "redis")
+	counter := &evalCounter{}
+	rdb := redis.NewClient(&redis.Options{Addr: st.RedisAddr})
+	defer rdb.Close()
+	rdb.AddHook(counter)
+	now := time.Now()
+	clock := func() time.Time { return now }
+	cfg := Config{RatePerUser: 1, RateBurst: 100}
+	m := newMetrics(prometheus.NewRegistry())
+	a := newLimiter(rdb, cfg, slog.New(slog.DiscardHandler), m, clock)
+	b := newLimiter(rdb, cfg, slog.New(slog.DiscardHandler), newMetrics(prometheus.NewRegistry()), clock)
+	p := auth.Principal{UserID: clienttest.User("lease"), DeviceID: "d"}
+	served := 0
+	for range 100 {
+		if a.allow(t.Context(), p) {
+			served++
+		}
+	}
+	if served != 100 {
+		t.Fatalf("the burst of 100: %d served", served)
+	}
+	if n := counter.n.Load(); n != 10 {
+		t.Errorf("%d scripts in Redis for 100 requests, want 10 (leases of 10)", n)
+	}
+	if n := testutil.ToFloat64(m.rateLeases); n != 10 {
+		t.Errorf("leases counted %v, want 10", n)
+	}
+	// The bucket is empty (1 token a second refills it): neither gateway
+	// may serve, whichever the user moves to.
+	if a.allow(t.Context(), p) || b.allow(t.Context(), p) {
+		t.Fatal("a request past the burst was served: the shared bucket was overdrawn")
+	}
+	if n := testutil.ToFloat64(m.rateFallbacks); n != 0 {
+		t.Fatalf("fallbacks = %v with Redis up", n)
+	}
+	// A lease left unspent past leaseTTL is dropped.
+	q := auth.Principal{UserID: clienttest.User("lease"), DeviceID: "d"}
+	if !a.allow(t.Context(), q) {
+		t.Fatal("a new user refused")
+	}
+	before := counter.n.Load()
+	now = now.Add(leaseTTL)
+	if !a.allow(t.Context(), q) {
+		t.Fatal("refused with tokens in the bucket")
+	}
+	if counter.n.Load() != before+1 {
+		t.Errorf("an expired lease was spent: %d scripts, want %d", counter.n.Load(), before+1)
+	}
 }
