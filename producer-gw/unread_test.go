@@ -296,8 +296,8 @@ func TestUnreadSeedReplaysRecent(t *testing.T) {
 	for range 2 * recentMax {
 		add(now, "s1", uMsg("s1", 10, "alice"), 0)
 	}
-	if got := len(r.since(now)); got != recentMax {
-		t.Errorf("%d recent notes kept, want at most %d", got, recentMax)
+	if got := len(r.since(now)); got > recentMax || got < recentMax*3/4 {
+		t.Errorf("%d recent notes kept, want %d to %d (at most recentMax, dropped a quarter at a time)", got, recentMax*3/4, recentMax)
 	}
 	if r.since(now.Add(2 * recentFor)); r.notes != nil {
 		t.Errorf("an idle connection keeps %d notes", len(r.notes))
