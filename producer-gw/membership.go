@@ -7,15 +7,22 @@ import (
 	"time"
 
 	"github.com/seqflow/seqflow/internal/apierr"
+	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-// memberChecker answers whether a user is a current member of a session:
-// the message store (the persister's projection) for the membership
-// cache, the cache for everyone else. IsMember may block on PostgreSQL;
-// ctx bounds the wait.
+// memberChecker answers whether a user is a current member of a session
+// (the membership cache, for reads and signals). IsMember may block on
+// PostgreSQL; ctx bounds the wait.
 type memberChecker interface {
 	IsMember(ctx context.Context, sessionID, userID string) (bool, error)
+}
+
+// standingChecker answers a user's standing in a session: the message
+// store (the persister's projection) for the membership cache, the cache
+// for the uplink. Standing may block on PostgreSQL; ctx bounds the wait.
+type standingChecker interface {
+	Standing(ctx context.Context, sessionID, userID string) (store.Standing, error)
 }
 
 // requireMember answers NOT_A_MEMBER unless user is a current member of
@@ -32,11 +39,32 @@ func requireMember(ctx context.Context, mc memberChecker, log *slog.Logger, sess
 	return nil
 }
 
+// requireSender is the uplink's early check of a command the sequencer
+// decides (send, edit, recall, members, group): it answers NOT_A_MEMBER
+// only to a user who was never a member of session. A former member's
+// command goes on to the sequencer, because it may be the retry of one
+// accepted while they were a member (its ACK lost with a gateway): the
+// sequencer's dedup window answers that with the original seq, and its
+// rules (internal/groups) refuse anything new with NOT_A_MEMBER, in log
+// order. Refusing such a retry here would tell the client "refused" of a
+// message the log holds.
+func requireSender(ctx context.Context, sc standingChecker, log *slog.Logger, session, user string) *apierr.Error {
+	st, err := sc.Standing(ctx, session, user)
+	if err != nil {
+		log.Warn("membership check failed", "session_id", session, "user_id", user, "err", err)
+		return storeError(err)
+	}
+	if st == store.NotMember {
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_NOT_A_MEMBER, "")
+	}
+	return nil
+}
+
 type mkey struct{ session, user string }
 
 type cachedAnswer struct {
-	member bool
-	at     time.Time
+	standing store.Standing
+	at       time.Time
 }
 
 // seen is membership learned from a sequenced event that passed through
@@ -59,7 +87,7 @@ type seen struct {
 //
 // Run expires both once a second.
 type membership struct {
-	store    memberChecker
+	store    standingChecker
 	ttl      time.Duration
 	localTTL time.Duration
 	now      func() time.Time
@@ -69,35 +97,45 @@ type membership struct {
 	local map[mkey]seen
 }
 
-func newMembership(s memberChecker, ttl, localTTL time.Duration) *membership {
+func newMembership(s standingChecker, ttl, localTTL time.Duration) *membership {
 	return &membership{store: s, ttl: ttl, localTTL: localTTL, now: time.Now,
 		cache: map[mkey]cachedAnswer{}, local: map[mkey]seen{}}
 }
 
 // IsMember reports whether user is a current member of session.
 func (m *membership) IsMember(ctx context.Context, session, user string) (bool, error) {
+	st, err := m.Standing(ctx, session, user)
+	return st == store.CurrentMember, err
+}
+
+// Standing returns user's standing in session: a membership event seen
+// in a push batch (a removal makes a former member), else the store.
+func (m *membership) Standing(ctx context.Context, session, user string) (store.Standing, error) {
 	k := mkey{session, user}
 	now := m.now()
 	m.mu.Lock()
 	if s, ok := m.local[k]; ok && now.Sub(s.at) < m.localTTL {
 		m.mu.Unlock()
-		return s.member, nil
+		if s.member {
+			return store.CurrentMember, nil
+		}
+		return store.FormerMember, nil
 	}
 	if c, ok := m.cache[k]; ok && now.Sub(c.at) < m.ttl {
 		m.mu.Unlock()
-		return c.member, nil
+		return c.standing, nil
 	}
 	m.mu.Unlock()
-	ok, err := m.store.IsMember(ctx, session, user)
+	st, err := m.store.Standing(ctx, session, user)
 	if err != nil {
-		return false, err
+		return store.NotMember, err
 	}
 	if m.ttl > 0 {
 		m.mu.Lock()
-		m.cache[k] = cachedAnswer{member: ok, at: now}
+		m.cache[k] = cachedAnswer{standing: st, at: now}
 		m.mu.Unlock()
 	}
-	return ok, nil
+	return st, nil
 }
 
 // mayReceive reports whether an event of session at seq may go to user's

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -20,12 +21,12 @@ import (
 // fakeMembers is an in-process stand-in for the message store, for unit
 // tests of the membership logic only; integration tests use PostgreSQL.
 type fakeMembers struct {
-	members map[mkey]bool
+	members map[mkey]store.Standing
 	calls   int
 	err     error
 }
 
-func (f *fakeMembers) IsMember(_ context.Context, s, u string) (bool, error) {
+func (f *fakeMembers) Standing(_ context.Context, s, u string) (store.Standing, error) {
 	f.calls++
 	return f.members[mkey{s, u}], f.err
 }
@@ -45,22 +46,24 @@ func TestMembership(t *testing.T) {
 	}
 	remove := &imv1.MembershipChange{Op: imv1.MembershipChange_OP_REMOVE, UserIds: []string{"bob"}}
 	add := &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: []string{"bob"}}
+	const never, former, current = store.NotMember, store.FormerMember, store.CurrentMember
 	cases := []struct {
-		name    string
-		store   map[mkey]bool
-		events  []*imv1.SequencedEvent
-		user    string
-		member  bool
-		receive map[int64]bool // seq → may receive
+		name     string
+		store    map[mkey]store.Standing
+		events   []*imv1.SequencedEvent
+		user     string
+		standing store.Standing
+		receive  map[int64]bool // seq → may receive
 	}{
-		{name: "store says member", store: map[mkey]bool{{"s", "bob"}: true}, user: "bob", member: true, receive: map[int64]bool{5: true}},
-		{name: "store lags a create", events: []*imv1.SequencedEvent{ev(1, &imv1.SessionCreate{MemberUserIds: []string{"bob"}})}, user: "owner", member: true},
-		{name: "create lists member", events: []*imv1.SequencedEvent{ev(1, &imv1.SessionCreate{MemberUserIds: []string{"bob"}})}, user: "bob", member: true},
-		{name: "removal beats a lagging store", store: map[mkey]bool{{"s", "bob"}: true}, events: []*imv1.SequencedEvent{ev(7, remove)}, user: "bob", member: false,
+		{name: "store says member", store: map[mkey]store.Standing{{"s", "bob"}: current}, user: "bob", standing: current, receive: map[int64]bool{5: true}},
+		{name: "store says former member", store: map[mkey]store.Standing{{"s", "bob"}: former}, user: "bob", standing: former},
+		{name: "store lags a create", events: []*imv1.SequencedEvent{ev(1, &imv1.SessionCreate{MemberUserIds: []string{"bob"}})}, user: "owner", standing: current},
+		{name: "create lists member", events: []*imv1.SequencedEvent{ev(1, &imv1.SessionCreate{MemberUserIds: []string{"bob"}})}, user: "bob", standing: current},
+		{name: "removal beats a lagging store", store: map[mkey]store.Standing{{"s", "bob"}: current}, events: []*imv1.SequencedEvent{ev(7, remove)}, user: "bob", standing: former,
 			receive: map[int64]bool{6: true, 7: true, 8: false}},
-		{name: "re-added", events: []*imv1.SequencedEvent{ev(7, remove), ev(9, add)}, user: "bob", member: true, receive: map[int64]bool{10: true}},
-		{name: "an older event does not undo a newer one", events: []*imv1.SequencedEvent{ev(9, add), ev(7, remove)}, user: "bob", member: true, receive: map[int64]bool{10: true}},
-		{name: "messages change nothing", store: map[mkey]bool{}, events: []*imv1.SequencedEvent{ev(3, &imv1.MessageContent{Type: "text"})}, user: "bob", member: false,
+		{name: "re-added", events: []*imv1.SequencedEvent{ev(7, remove), ev(9, add)}, user: "bob", standing: current, receive: map[int64]bool{10: true}},
+		{name: "an older event does not undo a newer one", events: []*imv1.SequencedEvent{ev(9, add), ev(7, remove)}, user: "bob", standing: current, receive: map[int64]bool{10: true}},
+		{name: "messages change nothing", store: map[mkey]store.Standing{}, events: []*imv1.SequencedEvent{ev(3, &imv1.MessageContent{Type: "text"})}, user: "bob", standing: never,
 			receive: map[int64]bool{3: true}},
 	}
 	for _, c := range cases {
@@ -69,9 +72,17 @@ func TestMembership(t *testing.T) {
 			for _, e := range c.events {
 				m.observe(e)
 			}
-			got, err := m.IsMember(context.Background(), "s", c.user)
-			if err != nil || got != c.member {
-				t.Fatalf("IsMember = %v, %v; want %v", got, err, c.member)
+			got, err := m.Standing(context.Background(), "s", c.user)
+			if err != nil || got != c.standing {
+				t.Fatalf("Standing = %v, %v; want %v", got, err, c.standing)
+			}
+			if member, err := m.IsMember(context.Background(), "s", c.user); err != nil || member != (c.standing == current) {
+				t.Fatalf("IsMember = %v, %v; want %v", member, err, c.standing == current)
+			}
+			// Only a user never a member is refused before the sequencer.
+			refused := requireSender(context.Background(), m, slog.New(slog.DiscardHandler), "s", c.user) != nil
+			if refused != (c.standing == never) {
+				t.Fatalf("requireSender refused = %v with standing %v", refused, c.standing)
 			}
 			for seq, want := range c.receive {
 				if got := m.mayReceive("s", c.user, seq); got != want {
@@ -83,7 +94,7 @@ func TestMembership(t *testing.T) {
 }
 
 func TestMembershipCacheAndExpiry(t *testing.T) {
-	store := &fakeMembers{members: map[mkey]bool{{"s", "bob"}: true}}
+	store := &fakeMembers{members: map[mkey]store.Standing{{"s", "bob"}: store.CurrentMember}}
 	m := newMembership(store, time.Second, 10*time.Second)
 	now := time.Unix(1000, 0)
 	m.now = func() time.Time { return now }
@@ -301,10 +312,10 @@ type blockingMembers struct {
 	release chan struct{}
 }
 
-func (f *blockingMembers) IsMember(_ context.Context, s, _ string) (bool, error) {
+func (f *blockingMembers) Standing(_ context.Context, s, _ string) (store.Standing, error) {
 	f.entered <- s
 	<-f.release
-	return false, nil // not a member: nothing is produced
+	return store.NotMember, nil // not a member: nothing is produced
 }
 
 // TestReceiptBatchAddsWhileFlushing: a flush waiting on the membership

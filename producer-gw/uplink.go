@@ -66,7 +66,7 @@ type uplink struct {
 	cfg     Config
 	gate    *gate
 	kafka   producer
-	members memberChecker
+	members standingChecker
 	store   commandStore
 	acks    commandAcks
 	tracer  trace.Tracer // nil: tracing off
@@ -79,7 +79,7 @@ type uplink struct {
 	inflight sync.WaitGroup // commands between begin and done, all transports
 }
 
-func newUplink(cfg Config, gate *gate, kafka producer, members memberChecker, st commandStore, acks commandAcks,
+func newUplink(cfg Config, gate *gate, kafka producer, members standingChecker, st commandStore, acks commandAcks,
 	tracer trace.Tracer, log *slog.Logger, m *metrics, now func() time.Time) *uplink {
 	return &uplink{cfg: cfg, gate: gate, kafka: kafka, members: members, store: st, acks: acks,
 		tracer: tracer, log: log, m: m, now: now}
@@ -134,7 +134,7 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 	}
 	switch f.Op {
 	case wire.OpSend:
-		if err := requireMember(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
+		if err := requireSender(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
 			return nil, err
 		}
 		body, err := wire.ContentBytes(f.Type, f.Body, u.cfg.Limits.MaxBodyBytes)
@@ -147,7 +147,7 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 		}
 		up.Command = &imv1.Uplink_Message{Message: c}
 	case wire.OpEdit, wire.OpRecall:
-		if err := requireMember(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
+		if err := requireSender(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
 			return nil, err
 		}
 		if err := u.checkTarget(ctx, p, f); err != nil {
@@ -177,7 +177,7 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 		// Who may add or remove whom is the sequencer's decision, in log
 		// order (internal/groups); the gateway only refuses non-members
 		// early.
-		if err := requireMember(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
+		if err := requireSender(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
 			return nil, err
 		}
 		mc := &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: dedupe(f.UserIDs)}
@@ -192,7 +192,7 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 		// A join comes from a non-member; everything else needs a member.
 		// The rules themselves are the sequencer's (internal/groups).
 		if f.Action != wire.ActionJoin {
-			if err := requireMember(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
+			if err := requireSender(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
 				return nil, err
 			}
 		}

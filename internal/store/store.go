@@ -123,16 +123,42 @@ func (s *Store) Members(ctx context.Context, sessionID string) ([]string, error)
 	return out, nil
 }
 
+// Standing is a user's place in a session, as far as the store has read
+// the log.
+type Standing uint8
+
+const (
+	// NotMember: the store holds no membership of the user in the
+	// session, so no command of theirs to it can be in the log.
+	NotMember Standing = iota
+	// FormerMember: the user was a member and left or was removed;
+	// commands they sent while a member may be in the log.
+	FormerMember
+	// CurrentMember: a current member.
+	CurrentMember
+)
+
 // IsMember reports whether userID is a current member of sessionID.
 func (s *Store) IsMember(ctx context.Context, sessionID, userID string) (bool, error) {
-	var ok bool
+	st, err := s.Standing(ctx, sessionID, userID)
+	return st == CurrentMember, err
+}
+
+// Standing returns userID's standing in sessionID.
+func (s *Store) Standing(ctx context.Context, sessionID, userID string) (Standing, error) {
+	var current bool
 	err := s.pool.QueryRow(ctx, fmt.Sprintf(
-		`SELECT EXISTS (SELECT 1 FROM %s.session_members WHERE session_id = $1 AND user_id = $2 AND left_seq IS NULL)`, s.q()),
-		sessionID, userID).Scan(&ok)
-	if err != nil {
-		return false, fmt.Errorf("check membership of %s in %s: %w", userID, sessionID, err)
+		`SELECT left_seq IS NULL FROM %s.session_members WHERE session_id = $1 AND user_id = $2`, s.q()),
+		sessionID, userID).Scan(&current)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return NotMember, nil
+	case err != nil:
+		return NotMember, fmt.Errorf("check membership of %s in %s: %w", userID, sessionID, err)
+	case current:
+		return CurrentMember, nil
 	}
-	return ok, nil
+	return FormerMember, nil
 }
 
 // MessagesAfter returns up to limit events of sessionID with seq > afterSeq,

@@ -64,13 +64,17 @@ func TestWriteProjectsSessionState(t *testing.T) {
 	requireNoErr(t, err)
 	require(t, slices.Equal(members, []string{"alice", "bob", "dave"}), true, "members "+join(members))
 	for _, c := range []struct {
-		user string
-		want bool
-	}{{"alice", true}, {"bob", true}, {"carol", false}, {"dave", true}, {"eve", false}} {
+		user     string
+		want     bool
+		standing Standing
+	}{{"alice", true, CurrentMember}, {"bob", true, CurrentMember}, {"carol", false, FormerMember}, {"dave", true, CurrentMember}, {"eve", false, NotMember}} {
 		t.Run("IsMember/"+c.user, func(t *testing.T) {
 			ok, err := st.IsMember(ctx, s, c.user)
 			requireNoErr(t, err)
 			require(t, ok, c.want, "member")
+			standing, err := st.Standing(ctx, s, c.user)
+			requireNoErr(t, err)
+			require(t, standing, c.standing, "standing")
 		})
 	}
 	changes, err := st.Changes(ctx, "bob")

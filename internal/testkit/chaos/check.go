@@ -51,13 +51,11 @@ type Checks struct {
 	// (a send from a member muted or removed before it, a kick by a
 	// demoted admin), found by replaying the log through internal/groups.
 	AcceptedNotAllowed int `json:"accepted_not_allowed"`
-	// Refusals: refusal records on the duplicates topic; RefusedInLog
-	// (not a harm, not counted by Harm): sends the load was finally told
-	// were refused whose client message has an event in the log anyway. A
-	// refused command is decided again when retried (docs/protocol.md,
-	// "Groups"), so an attempt refused while an earlier one of the same
-	// client_msg_id was accepted, or the other way round, tells the client
-	// one outcome and the log another.
+	// Refusals: refusal records on the duplicates topic (not a harm).
+	// RefusedInLog: sends the load was finally told were refused whose
+	// client message has an event in the log anyway: a client told
+	// "refused" of a message the log holds (a retry refused after the
+	// first attempt was accepted, its ACK lost).
 	Refusals     int `json:"refusals"`
 	RefusedInLog int `json:"refused_in_log"`
 	// Store against log, all events: rows missing, rows not in the log,
@@ -172,7 +170,7 @@ func (c *Checks) finding(format string, args ...any) {
 // Harm sums the counters that must be 0, the erasures' among them.
 func (c Checks) Harm() int {
 	h := c.LostFromLog + c.LostFromStore + c.DuplicatedInLog + c.DuplicatedRows + c.SeqReused + c.SeqRegressions +
-		c.OrderViolations + c.AckSeqMismatch + c.BadDuplicateAcks + c.AcceptedNotAllowed + c.StoreMissing + c.StoreExtra + c.StoreMismatched
+		c.OrderViolations + c.AckSeqMismatch + c.BadDuplicateAcks + c.AcceptedNotAllowed + c.RefusedInLog + c.StoreMissing + c.StoreExtra + c.StoreMismatched
 	if c.Erasure != nil {
 		h += c.Erasure.Harm()
 	}

@@ -51,7 +51,7 @@ func TestCheckLog(t *testing.T) {
 		{"a send the rules refuse, sequenced", clean, nil, nil, []string{"s seq 2 (message by u2): muted"},
 			func(c Checks) bool { return c.AcceptedNotAllowed == 1 && c.Harm() == 1 }, "accepted_not_allowed 1"},
 		{"refused sends: one not in the log, one in it", clean, nil, [][2]string{{"s", "zz"}, {"s", "b"}}, nil,
-			func(c Checks) bool { return c.RefusedInLog == 1 && c.Harm() == 0 }, "refused_in_log 1, not a harm"},
+			func(c Checks) bool { return c.RefusedInLog == 1 && c.Harm() == 1 }, "refused_in_log 1, a harm"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -87,8 +87,9 @@ func TestJudge(t *testing.T) {
 		{"a removed member got a later event", func(r *Report) { r.Load.DeliveredAfterRemoval = 1 }, 1, false, "delivered_after_removal = 1"},
 		{"a muted member's send sequenced", func(r *Report) { r.Checks.AcceptedNotAllowed = 1 }, 1, false, "accepted_not_allowed = 1"},
 		{"refusals are not harm", func(r *Report) {
-			r.Load.Refused, r.Load.MissedBeforeRemoval, r.Checks.RefusedInLog, r.Load.GovernanceOps = 5, 1, 1, 9
+			r.Load.Refused, r.Load.MissedBeforeRemoval, r.Checks.Refusals, r.Load.GovernanceOps = 5, 1, 5, 9
 		}, 1, true, ""},
+		{"a client told refused of a message in the log", func(r *Report) { r.Checks.RefusedInLog = 1 }, 1, false, "refused_in_log = 1"},
 		{"app saw one twice", func(r *Report) { r.Load.Duplicated = 1 }, 1, false, "app_duplicates = 1"},
 		{"app saw one out of order", func(r *Report) { r.Load.OutOfOrder = 1 }, 1, false, "order_violations = 1"},
 		{"store has an extra row", func(r *Report) { r.Checks.StoreExtra = 1 }, 1, false, "store_extra = 1"},

@@ -44,7 +44,8 @@ type FaultResult struct {
 // Report is the outcome of a run; its JSON is .data/reports/chaos.json.
 // The harm counters (lost, duplicated, seq_reused, seq_regressions,
 // order_violations, undelivered_online, accepted_not_allowed,
-// delivered_after_removal, the erasures' and the details) must all be 0.
+// refused_in_log, delivered_after_removal, the erasures' and the details)
+// must all be 0.
 type Report struct {
 	Seed      uint64  `json:"seed"`
 	Short     bool    `json:"short"`
@@ -74,21 +75,23 @@ type Report struct {
 	AppDuplicates int `json:"app_duplicates"`
 	AppOutOfOrder int `json:"app_out_of_order"`
 	// AcceptedNotAllowed: events the groups' rules refuse at their seq
-	// (Checks.AcceptedNotAllowed). DeliveredAfterRemoval: events of a
+	// (Checks.AcceptedNotAllowed). RefusedInLog: sends the client was
+	// told were refused that the log holds (Checks.RefusedInLog).
+	// DeliveredAfterRemoval: events of a
 	// group handed to a user removed from it (or gone) before them, that
 	// did not rejoin after (the load's delivered_after_removal).
 	AcceptedNotAllowed    int `json:"accepted_not_allowed"`
+	RefusedInLog          int `json:"refused_in_log"`
 	DeliveredAfterRemoval int `json:"delivered_after_removal"`
 
 	// Not harm, what the governance in the load did: GovernanceOps
 	// issued; Refused, the load's sends its groups' rules refused (muted,
 	// not_a_member, ...), neither acked nor lost; MissedBeforeRemoval,
 	// acked while a recipient was a member, never handed to it, and out of
-	// its reach once removed; RefusedInLog, see Checks.
+	// its reach once removed.
 	GovernanceOps       int `json:"governance_ops"`
 	Refused             int `json:"refused"`
 	MissedBeforeRemoval int `json:"missed_before_removal"`
-	RefusedInLog        int `json:"refused_in_log"`
 
 	// Erasures: victims erased during the run (Checks.Erasure has the
 	// rest, and the erasures' harm counters).
@@ -159,7 +162,7 @@ func (r *Report) judge(minFaults int) {
 	}{{"lost", r.Lost}, {"duplicated", r.Duplicated}, {"seq_reused", r.SeqReused}, {"seq_regressions", r.SeqRegressions},
 		{"order_violations", r.OrderViolations}, {"undelivered_online", r.UndeliveredOnline}, {"app_duplicates", r.AppDuplicates},
 		{"ack_seq_mismatch", c.AckSeqMismatch}, {"bad_duplicate_acks", c.BadDuplicateAcks}, {"accepted_not_allowed", r.AcceptedNotAllowed},
-		{"delivered_after_removal", r.DeliveredAfterRemoval},
+		{"refused_in_log", r.RefusedInLog}, {"delivered_after_removal", r.DeliveredAfterRemoval},
 		{"store_missing", c.StoreMissing}, {"store_extra", c.StoreExtra}, {"store_mismatched", c.StoreMismatched}} {
 		if h.n != 0 {
 			r.Failures = append(r.Failures, fmt.Sprintf("%s = %d", h.name, h.n))
@@ -217,7 +220,7 @@ func (r *Report) Table(w io.Writer) error {
 	}{{"lost", r.Lost}, {"duplicated", r.Duplicated}, {"seq_reused", r.SeqReused}, {"seq_regressions", r.SeqRegressions},
 		{"order_violations", r.OrderViolations}, {"undelivered_online", r.UndeliveredOnline}, {"app_duplicates", r.AppDuplicates},
 		{"ack_seq_mismatch", r.Checks.AckSeqMismatch}, {"bad_duplicate_acks", r.Checks.BadDuplicateAcks},
-		{"accepted_not_allowed", r.AcceptedNotAllowed}, {"delivered_after_removal", r.DeliveredAfterRemoval},
+		{"accepted_not_allowed", r.AcceptedNotAllowed}, {"refused_in_log", r.RefusedInLog}, {"delivered_after_removal", r.DeliveredAfterRemoval},
 		{"store_missing/extra/mismatched", r.Checks.StoreMissing + r.Checks.StoreExtra + r.Checks.StoreMismatched}} {
 		fmt.Fprintf(tw, "%s\t%d\t\n", row.name, row.n)
 	}
@@ -234,8 +237,8 @@ func (r *Report) Table(w io.Writer) error {
 			codes = append(codes, fmt.Sprintf("%s=%d", k, v))
 		}
 		slices.Sort(codes)
-		fmt.Fprintf(w, "(refused sends %d %s, refusal records %d, refused yet in the log %d, missed before removal %d)\n",
-			r.Refused, strings.Join(codes, " "), r.Checks.Refusals, r.RefusedInLog, r.MissedBeforeRemoval)
+		fmt.Fprintf(w, "(refused sends %d %s, refusal records %d, missed before removal %d)\n",
+			r.Refused, strings.Join(codes, " "), r.Checks.Refusals, r.MissedBeforeRemoval)
 	}
 	if e := r.Checks.Erasure; e != nil {
 		fmt.Fprintf(w, "(erasures: %d victims, %d erased in %d admin calls (%d at a fault's injection, %d retried), %d victim messages acked, %d keys destroyed, %d sessions left, %d setup errors)\n",
