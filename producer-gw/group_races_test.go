@@ -9,10 +9,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/testkit/logcheck"
 	"github.com/seqflow/seqflow/internal/wire"
+	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 // final waits for the final answer to clientMsgID: an ACK with status ok,
@@ -399,4 +401,54 @@ func readableFrom(ctx context.Context, t *testing.T, p *pipeline, partition int3
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	return cl.PollFetches(pctx).NumRecords() > 0
+}
+
+// TestRefusalIsFinal: a command the rules refused is refused alike when
+// retried with the same client_msg_id, though the state changed since
+// (the member was unmuted), also by a sequencer rebuilt from the log after
+// a kill -9; only a new client_msg_id is decided again. Two attempts of
+// one send in flight at once, decided either side of the unmute, would
+// otherwise tell the client "refused" of a message the log holds (the
+// chaos suite's refused_in_log).
+func TestRefusalIsFinal(t *testing.T) {
+	p := newPipeline(t)
+	gw := p.gateway(nil)
+	ownID, memID := user("own"), user("mem")
+	own, mem := p.connect(gw, ownID, "d1"), p.connect(gw, memID, "d1")
+	sid, _ := createGroup(own, memID)
+	mustOK(own, map[string]any{"op": "group", "action": "mute", "session_id": sid, "user_id": memID,
+		"muted_until_ms": time.Now().Add(time.Hour).UnixMilli()})
+	muted := newID()
+	mem.send(sendFrame(sid, muted, "while muted"))
+	if e := mem.errorOf(muted); e.Error.Name != "muted" {
+		t.Fatalf("send while muted: %+v, want muted", e.Error)
+	}
+	unmute := mustOK(own, map[string]any{"op": "group", "action": "mute", "session_id": sid, "user_id": memID, "muted_until_ms": 0})
+	retry := func(when string) {
+		t.Helper()
+		mem.send(sendFrame(sid, muted, "while muted"))
+		if f := mem.ackOf(muted); f.Op != wire.OpError || f.Error.Name != "muted" {
+			t.Fatalf("retry of the refused send %s: %+v, want the same refusal (muted)", when, f)
+		}
+	}
+	retry("after the unmute")
+	p.procs["sequencer"].Kill()
+	if err := p.procs["sequencer"].Restart(); err != nil {
+		t.Fatalf("restart sequencer: %v", err)
+	}
+	retry("after a kill -9 of the sequencer")
+	fresh := newID()
+	mem.send(sendFrame(sid, fresh, "unmuted now"))
+	if a := mem.mustAckOK(fresh); a.Seq <= unmute.Seq {
+		t.Fatalf("a new send after the unmute got seq %d, want one after the unmute's %d", a.Seq, unmute.Seq)
+	}
+	// The log holds nothing of the refused client message.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	readAll(ctx, t, p, p.topics.Sequenced, func(r *kgo.Record) {
+		var ev imv1.SequencedEvent
+		if err := proto.Unmarshal(r.Value, &ev); err == nil && ev.ClientMsgId == muted {
+			t.Errorf("the refused send is in the log at seq %d", ev.Seq)
+		}
+	})
 }

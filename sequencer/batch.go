@@ -164,6 +164,14 @@ func (pb *partBatch) classify(maxBytes int, nowMs int64) {
 		}
 		k := dkey{it.up.SessionId, it.up.ClientMsgId}
 		if e, ok := pb.st.window.Get(k.session, k.clientMsgID, nowMs); ok {
+			if e.Refused != imv1.ErrorCode_ERROR_CODE_UNSPECIFIED {
+				// A retry of a refused command: refused alike, whatever
+				// changed since (the first answer may have reached the
+				// client already).
+				it.refused = &groups.Refusal{Code: e.Refused, Reason: e.Reason}
+				pb.refused++
+				continue
+			}
 			it.dupOf = &e
 			continue
 		}
@@ -230,6 +238,7 @@ func (pb *partBatch) assign(t eventlog.Topics, instance kgo.RecordHeader, gen *m
 			}
 			pb.out = append(pb.out, r)
 		case it.refused != nil:
+			it.entry = dedup.Entry{ServerTsMs: nowMs, Refused: it.refused.Code, Reason: it.refused.Reason}
 			r, err := refusalRecord(t.Duplicates, pb.p, it, nowMs)
 			if err != nil {
 				return err

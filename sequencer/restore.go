@@ -18,17 +18,19 @@ import (
 )
 
 // restoreWindow rebuilds partition p's dedup window from the committed
-// sequenced log: every event from (now - window) up to the end. It first
-// waits until no transaction is open on the partition (the last stable
+// log: every event of the sequenced topic from (now - window) up to the
+// end, then every refusal of the duplicates topic in the same span (a
+// retry of a refused command is refused alike). It first waits, on both
+// topics, until no transaction is open on the partition (the last stable
 // offset reaches the high watermark seen at start), because a previous
 // owner's commit may still be writing its markers: reading only up to an
-// older stable offset would miss messages that are committed.
+// older stable offset would miss what is committed.
 //
 // It also returns, per session seen in the window, its last committed seq,
 // for the segment book (segment.Book.Resume): the new owner reserves right
 // after it, reusing the seqs crashed owners reserved and never committed.
 //
-// lso is the partition's last stable offset it read up to, for
+// lso is the sequenced partition's last stable offset it read up to, for
 // restoreGroups.
 func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, map[string]int64, int, int64, error) {
 	w := dedup.NewWindow(s.cfg.DedupWindow, s.cfg.DedupMaxEntries)
@@ -38,79 +40,27 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	topic := s.cfg.Topics.Sequenced
-
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, nil, 0, 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
-	}
-	hwm, ok := ends.Lookup(topic, p)
-	if !ok || hwm.Err != nil {
-		return nil, nil, 0, 0, fmt.Errorf("end offset of %s/%d: %v", topic, p, hwm.Err)
-	}
+	topic, dups := s.cfg.Topics.Sequenced, s.cfg.Topics.Duplicates
 	deadline := time.Now().Add(2*s.cfg.TxnTimeout + 15*time.Second)
-	var lso int64
-	for {
-		stable, err := adm.ListCommittedOffsets(ctx, topic)
-		if err != nil {
-			return nil, nil, 0, 0, fmt.Errorf("list stable offsets of %s: %w", topic, err)
-		}
-		o, ok := stable.Lookup(topic, p)
-		if !ok || o.Err != nil {
-			return nil, nil, 0, 0, fmt.Errorf("stable offset of %s/%d: %v", topic, p, o.Err)
-		}
-		if lso = o.Offset; lso >= hwm.Offset {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, nil, 0, 0, fmt.Errorf("%s/%d: a transaction stays open (stable offset %d < %d) past the transaction timeout", topic, p, lso, hwm.Offset)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, 0, 0, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	from, err := adm.ListOffsetsAfterMilli(ctx, time.Now().Add(-s.cfg.DedupWindow).UnixMilli(), topic)
+	lso, err := stableEnd(ctx, adm, topic, p, deadline)
 	if err != nil {
-		return nil, nil, 0, 0, fmt.Errorf("find window start of %s: %w", topic, err)
+		return nil, nil, 0, 0, err
 	}
-	start, ok := from.Lookup(topic, p)
-	if !ok || start.Err != nil {
-		return nil, nil, 0, 0, fmt.Errorf("window start of %s/%d: %v", topic, p, start.Err)
-	}
-	if start.Offset < 0 || start.Offset >= lso {
-		return w, nil, 0, lso, nil // nothing inside the window
-	}
-
-	rd, err := kgo.NewClient(append(eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore"),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), // the last offset before the stable offset may be a marker
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(start.Offset)}}),
-	)...)
+	dupLSO, err := stableEnd(ctx, adm, dups, p, deadline)
 	if err != nil {
-		return nil, nil, 0, 0, fmt.Errorf("restore reader: %w", err)
+		return nil, nil, 0, 0, err
 	}
-	defer rd.Close()
+	since := time.Now().Add(-s.cfg.DedupWindow).UnixMilli()
+	opts := eventlog.ClientOpts(s.cfg.Brokers, "seqflow-sequencer-restore")
 	nowMs := time.Now().UnixMilli()
 	n := 0
 	last := map[string]int64{}
-	for {
-		fs := rd.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil, nil, 0, 0, ctx.Err()
-		}
-		if err := fs.Err0(); err != nil {
-			return nil, nil, 0, 0, fmt.Errorf("read %s/%d: %w", topic, p, err)
-		}
-		done := false
-		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset >= lso-1 {
-				done = true
-			}
-			if r.Attrs.IsControl() || r.Offset >= lso {
-				return
-			}
+	start, err := offsetAfter(ctx, adm, topic, p, since)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	if start >= 0 && start < lso {
+		_, err := eventlog.ReadCommitted(ctx, opts, topic, p, start, lso, membership.DefaultReplayStall, func(r *kgo.Record) {
 			var ev imv1.SequencedEvent
 			if err := proto.Unmarshal(r.Value, &ev); err != nil {
 				return // not ours to judge here; the log only holds what we wrote
@@ -119,10 +69,81 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 			last[ev.SessionId] = max(last[ev.SessionId], ev.Seq)
 			n++
 		})
-		if done {
-			return w, last, n, lso, nil
+		if err != nil {
+			return nil, nil, 0, 0, fmt.Errorf("read %s/%d: %w", topic, p, err)
 		}
 	}
+	start, err = offsetAfter(ctx, adm, dups, p, since)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	if start >= 0 && start < dupLSO {
+		_, err := eventlog.ReadCommitted(ctx, opts, dups, p, start, dupLSO, membership.DefaultReplayStall, func(r *kgo.Record) {
+			if eventlog.Header(r, schemas.HeaderEventType) != "refusal" {
+				return
+			}
+			var rf imv1.Refusal
+			if err := proto.Unmarshal(r.Value, &rf); err != nil || rf.Code == imv1.ErrorCode_ERROR_CODE_UNSPECIFIED {
+				return
+			}
+			// An event of the same client message, put first, wins.
+			w.Put(rf.SessionId, rf.ClientMsgId, dedup.Entry{ServerTsMs: rf.ServerTsMs, Refused: rf.Code, Reason: rf.Reason}, nowMs)
+			n++
+		})
+		if err != nil {
+			return nil, nil, 0, 0, fmt.Errorf("read %s/%d: %w", dups, p, err)
+		}
+	}
+	return w, last, n, lso, nil
+}
+
+// stableEnd waits until partition p of topic has no open transaction (its
+// last stable offset reaches the high watermark seen at the start) and
+// returns that offset.
+func stableEnd(ctx context.Context, adm *kadm.Client, topic string, p int32, deadline time.Time) (int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	hwm, ok := ends.Lookup(topic, p)
+	if !ok || hwm.Err != nil {
+		return 0, fmt.Errorf("end offset of %s/%d: %v", topic, p, hwm.Err)
+	}
+	for {
+		stable, err := adm.ListCommittedOffsets(ctx, topic)
+		if err != nil {
+			return 0, fmt.Errorf("list stable offsets of %s: %w", topic, err)
+		}
+		o, ok := stable.Lookup(topic, p)
+		if !ok || o.Err != nil {
+			return 0, fmt.Errorf("stable offset of %s/%d: %v", topic, p, o.Err)
+		}
+		if o.Offset >= hwm.Offset {
+			return o.Offset, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%s/%d: a transaction stays open (stable offset %d < %d) past the transaction timeout", topic, p, o.Offset, hwm.Offset)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// offsetAfter is the first offset of partition p of topic with a
+// timestamp at or after ms; negative when there is none.
+func offsetAfter(ctx context.Context, adm *kadm.Client, topic string, p int32, ms int64) (int64, error) {
+	from, err := adm.ListOffsetsAfterMilli(ctx, ms, topic)
+	if err != nil {
+		return 0, fmt.Errorf("find window start of %s: %w", topic, err)
+	}
+	start, ok := from.Lookup(topic, p)
+	if !ok || start.Err != nil {
+		return 0, fmt.Errorf("window start of %s/%d: %v", topic, p, start.Err)
+	}
+	return start.Offset, nil
 }
 
 // restoreGroups rebuilds partition p's governed sessions (internal/groups)

@@ -547,7 +547,11 @@ kafka_node_wait_started() { # node deadline : port open and broker unfenced + ST
   dir=$(kafka_node_dir "$node")
   port=$(kafka_node_port "$node")
   until port_open "$port" && kafka_node_started "$node"; do
-    if ! kafka_node_pid "$node" >/dev/null; then
+    # A process caught in its exec (nohup → setsid → java) can briefly show
+    # no command line: only a node missing on two looks a second apart
+    # exited (a chaos run's broker restart was declared dead while it went
+    # on to start).
+    if ! kafka_node_pid "$node" >/dev/null && ! { sleep 1; kafka_node_pid "$node" >/dev/null; }; then
       show_log "$dir/kafka.log" 60
       die "kafka $node exited during startup"
     fi

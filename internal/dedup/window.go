@@ -1,6 +1,10 @@
 // Package dedup remembers, for a time window, which seq and message ID each
 // client message (session_id, client_msg_id) got, so a retry is answered
-// with the same ones instead of a new seq.
+// with the same ones instead of a new seq; or that the session's rules
+// refused it, so a retry is refused alike instead of being decided again
+// (two attempts of one client message in flight at once, decided either
+// side of a state change, would otherwise tell the client one outcome and
+// the log another).
 //
 // A Window holds only entries whose sequenced event is committed: callers
 // stage the entries of a Kafka transaction and Commit them only after the
@@ -9,13 +13,20 @@
 // never outlives a failed write and is never lost for a committed one.
 package dedup
 
-import "time"
+import (
+	"time"
 
-// Entry is what a client message got.
+	"github.com/seqflow/seqflow/schemas/imv1"
+)
+
+// Entry is what a client message got: a seq and message ID, or a refusal
+// (Refused set, Seq and MsgID zero). ServerTsMs is when it was decided.
 type Entry struct {
 	Seq        int64
 	MsgID      int64
 	ServerTsMs int64
+	Refused    imv1.ErrorCode
+	Reason     string
 }
 
 type key struct{ session, clientMsgID string }

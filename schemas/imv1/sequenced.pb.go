@@ -386,8 +386,10 @@ func (x *DuplicateAck) GetServerTsMs() int64 {
 // im.duplicates.v1 (header seqflow-event-type "refusal"), key =
 // session_id, written in the transaction that consumed the uplink, so the
 // refusal is as durable as a seq would have been; nothing of the command
-// enters im.sequenced.v1. A retry of a refused client_msg_id is decided
-// again (the state may have changed).
+// enters im.sequenced.v1. A retry of a refused client_msg_id within the
+// sequencer's dedup window is refused alike, with the same code and reason
+// (the sequencer rebuilds the window from these records); a new
+// client_msg_id is decided again.
 type Refusal struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SessionId      string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
