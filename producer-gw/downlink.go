@@ -73,11 +73,12 @@ func (d *downlink) Run(ctx context.Context) error {
 func (d *downlink) onBatch(b *imv1.PushBatch) {
 	// The sequencer's batches carry direct ACKs only (sequencer/README.md,
 	// "Direct ACKs"); the push lag is the pushers'.
+	// A gateway's batches carry ephemeral signals only.
 	source := "pusher"
 	if b.Sender == "sequencer" {
 		source = "sequencer"
 	}
-	if b.SentTsMs > 0 && source == "pusher" {
+	if b.SentTsMs > 0 && (b.Sender == "" || b.Sender == "pusher") {
 		d.m.pushLag.Observe(max(0, time.Since(time.UnixMilli(b.SentTsMs)).Seconds()))
 	}
 	for _, it := range b.Items {

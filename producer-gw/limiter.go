@@ -18,14 +18,18 @@ import (
 // it. redis_rate (GCRA in one Lua script, one round trip per key) keeps
 // them; the keys expire by themselves once a bucket is full again.
 //
-// A gateway takes a user's tokens from Redis a few at a time (a lease of
-// leaseSize, at most what the bucket holds) and spends them on that user's
-// next requests without a round trip, for at most leaseTTL; what is left
-// then is dropped. The shared bucket is never overdrawn (a leased token
-// was taken from it); a user who moves to another gateway loses at most
-// leaseSize-1 tokens; Redis sees a tenth of the requests with the default
-// burst of 100 (leaseSize is burst/10, from 1 to 10; with a per-device
-// limit every request asks Redis, as both buckets must agree).
+// A gateway takes a user's tokens from Redis a few at a time (a lease)
+// and spends them on that user's next requests without a round trip, for
+// at most leaseTTL; what is left then is dropped. A lease's size follows
+// the user's pace: the first is one token; one spent before it expired is
+// followed by one twice its size, up to maxLeaseOf(burst) (burst/4, at
+// most 25); one that expired is followed by one of what was spent of it.
+// So a user who sends now and then takes one token at a time and wastes
+// none (on any number of gateways), and a busy one asks Redis about once
+// per leaseTTL. The shared bucket is never overdrawn (a leased token was
+// taken from it); a user who moves to another gateway loses at most the
+// lease left on the old one. With a per-device limit every request asks
+// Redis, as both buckets must agree.
 //
 // When Redis does not answer within redisLimitTimeout, the decision falls
 // back to this instance's own buckets (counted in
@@ -36,8 +40,8 @@ import (
 const (
 	redisLimitTimeout  = 50 * time.Millisecond
 	redisLimitCooldown = time.Second
-	leaseTTL           = time.Second
-	maxLease           = 10
+	leaseTTL           = 2 * time.Second
+	maxLease           = 25
 )
 
 // limiter decides whether a request of a user's device may go on: within
@@ -52,15 +56,30 @@ type limiter struct {
 
 	mu        sync.Mutex
 	downUntil time.Time // Redis is skipped until then after a failure
-	leaseSize int       // tokens taken from Redis at a time (1: no lease)
+	leaseMax  int       // the largest lease (1: no leases)
 	leases    map[string]lease
 }
 
 // lease is what is left of the tokens a gateway took from a user's bucket
-// in Redis, usable until expires.
+// in Redis, usable until expires, and how many it took (which sizes the
+// next). It is kept for a leaseTTL after it expires, for that sizing.
 type lease struct {
-	left    int
-	expires time.Time
+	size, left int
+	expires    time.Time
+}
+
+// maxLeaseOf is the largest lease with a bucket of burst tokens.
+func maxLeaseOf(burst int) int { return min(maxLease, max(1, burst/4)) }
+
+// next is the size of the lease that follows ls, taken at now.
+func (ls lease) next(now time.Time, most int) int {
+	if ls.size == 0 {
+		return 1
+	}
+	if ls.left == 0 && now.Before(ls.expires) {
+		return min(most, 2*ls.size)
+	}
+	return min(most, max(1, ls.size-ls.left))
 }
 
 func newLimiter(rdb redis.UniversalClient, cfg Config, log *slog.Logger, m *metrics, now func() time.Time) *limiter {
@@ -68,10 +87,10 @@ func newLimiter(rdb redis.UniversalClient, cfg Config, log *slog.Logger, m *metr
 		user:  redis_rate.Limit{Rate: cfg.RatePerUser, Burst: cfg.RateBurst, Period: time.Second},
 		users: newLimiters(cfg.RatePerUser, cfg.RateBurst, now),
 		log:   log, m: m, now: now,
-		leaseSize: 1, leases: map[string]lease{},
+		leaseMax: 1, leases: map[string]lease{},
 	}
 	if cfg.RatePerDevice <= 0 {
-		l.leaseSize = min(maxLease, max(1, cfg.RateBurst/10))
+		l.leaseMax = maxLeaseOf(cfg.RateBurst)
 	}
 	if cfg.RatePerDevice > 0 {
 		l.device = redis_rate.Limit{Rate: cfg.RatePerDevice, Burst: cfg.RateDeviceBurst, Period: time.Second}
@@ -106,8 +125,13 @@ func (l *limiter) allowRedis(ctx context.Context, p auth.Principal) (bool, error
 	if l.redis == nil {
 		return false, errRedisSkipped{}
 	}
+	now := l.now()
 	l.mu.Lock()
-	skip := l.now().Before(l.downUntil)
+	skip := now.Before(l.downUntil)
+	if !skip && l.leaseMax > 1 && l.spendLease(p.UserID, now) {
+		l.mu.Unlock()
+		return true, nil
+	}
 	l.mu.Unlock()
 	if skip {
 		return false, errRedisSkipped{}
@@ -122,8 +146,8 @@ func (l *limiter) allowRedis(ctx context.Context, p auth.Principal) (bool, error
 		res, err = l.redis.Allow(ctx, "seqflow:rate:d:"+p.UserID+"/"+p.DeviceID, l.device)
 	}
 	if err == nil && (res == nil || res.Allowed > 0) {
-		if l.leaseSize > 1 {
-			return l.allowLeased(ctx, p.UserID)
+		if l.leaseMax > 1 {
+			return l.lease(ctx, p.UserID, now)
 		}
 		res, err = l.redis.Allow(ctx, "seqflow:rate:u:"+p.UserID, l.user)
 	}
@@ -141,21 +165,27 @@ func (l *limiter) redisFailed(err error) error {
 	return err
 }
 
-// allowLeased spends a token of user's lease, or takes a new lease of up
-// to leaseSize tokens from Redis (ctx bounds the call).
-func (l *limiter) allowLeased(ctx context.Context, user string) (bool, error) {
-	now := l.now()
-	l.mu.Lock()
-	if ls, ok := l.leases[user]; ok && ls.left > 0 && now.Before(ls.expires) {
-		ls.left--
-		l.leases[user] = ls
-		l.mu.Unlock()
-		return true, nil
+// spendLease spends a token of user's lease, if it has one left; l.mu is
+// held.
+func (l *limiter) spendLease(user string, now time.Time) bool {
+	ls, ok := l.leases[user]
+	if !ok || ls.left <= 0 || !now.Before(ls.expires) {
+		return false
 	}
+	ls.left--
+	l.leases[user] = ls
+	return true
+}
+
+// lease takes a new lease of user's bucket from Redis, sized by the last
+// (lease.next), and spends one of its tokens (ctx bounds the call).
+func (l *limiter) lease(ctx context.Context, user string, now time.Time) (bool, error) {
+	l.mu.Lock()
+	size := l.leases[user].next(now, l.leaseMax)
 	l.mu.Unlock()
 	// Two requests of a user may both miss and both lease; each spends its
 	// own tokens, so the bucket is still never overdrawn.
-	res, err := l.redis.AllowAtMost(ctx, "seqflow:rate:u:"+user, l.user, l.leaseSize)
+	res, err := l.redis.AllowAtMost(ctx, "seqflow:rate:u:"+user, l.user, size)
 	if err != nil {
 		return false, l.redisFailed(err)
 	}
@@ -164,7 +194,7 @@ func (l *limiter) allowLeased(ctx context.Context, user string) (bool, error) {
 		return false, nil
 	}
 	l.mu.Lock()
-	l.leases[user] = lease{left: res.Allowed - 1, expires: now.Add(leaseTTL)}
+	l.leases[user] = lease{size: res.Allowed, left: res.Allowed - 1, expires: now.Add(leaseTTL)}
 	l.mu.Unlock()
 	return true, nil
 }
@@ -176,7 +206,7 @@ func (l *limiter) Run(ctx context.Context) error {
 		now := l.now()
 		l.mu.Lock()
 		for u, ls := range l.leases {
-			if !now.Before(ls.expires) {
+			if now.Sub(ls.expires) > leaseTTL {
 				delete(l.leases, u)
 			}
 		}

@@ -189,10 +189,10 @@ func (c *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 // TestLimiterLeasesTokens, against the stack's Redis: a gateway takes a
-// user's tokens ten at a time (burst 100), so Redis sees a tenth of the
-// requests; the shared bucket is never overdrawn, and another gateway
-// finds it as the first left it; an expired lease is dropped and the next
-// request asks Redis again.
+// busy user's tokens in leases that double up to 25 (burst 100), so Redis
+// sees 8 of 100 requests; the shared bucket is never overdrawn, and
+// another gateway finds it as the first left it; an expired lease is
+// dropped and the next request asks Redis again.
 func TestLimiterLeasesTokens(t *testing.T) {
 	st := stack.Require(t, "redis")
 	counter := &evalCounter{}
@@ -215,11 +215,11 @@ func TestLimiterLeasesTokens(t *testing.T) {
 	if served != 100 {
 		t.Fatalf("the burst of 100: %d served", served)
 	}
-	if n := counter.n.Load(); n != 10 {
-		t.Errorf("%d scripts in Redis for 100 requests, want 10 (leases of 10)", n)
+	if n := counter.n.Load(); n != 8 {
+		t.Errorf("%d scripts in Redis for 100 requests, want 8 (leases of 1, 2, 4, 8, 16, 25, 25 and the last 19)", n)
 	}
-	if n := testutil.ToFloat64(m.rateLeases); n != 10 {
-		t.Errorf("leases counted %v, want 10", n)
+	if n := testutil.ToFloat64(m.rateLeases); n != 8 {
+		t.Errorf("leases counted %v, want 8", n)
 	}
 	// The bucket is empty (1 token a second refills it): neither gateway
 	// may serve, whichever the user moves to.
@@ -241,5 +241,39 @@ func TestLimiterLeasesTokens(t *testing.T) {
 	}
 	if counter.n.Load() != before+1 {
 		t.Errorf("an expired lease was spent: %d scripts, want %d", counter.n.Load(), before+1)
+	}
+}
+
+// TestLimiterLeasesFollowThePace, against the stack's Redis: a user who
+// sends less than once per lease period takes one token at a time, so a
+// bucket of 40 serves 40 such requests, spread over four gateways, and
+// refuses the 41st; leases of a fixed size would have wasted most of them
+// (each gateway's lease expiring nearly unspent).
+func TestLimiterLeasesFollowThePace(t *testing.T) {
+	st := stack.Require(t, "redis")
+	counter := &evalCounter{}
+	rdb := redis.NewClient(&redis.Options{Addr: st.RedisAddr})
+	defer rdb.Close()
+	rdb.AddHook(counter)
+	now := time.Now()
+	clock := func() time.Time { return now }
+	// 1 token a second refills nothing that matters within the test.
+	cfg := Config{RatePerUser: 1, RateBurst: 40}
+	var gws []*limiter
+	for range 4 {
+		gws = append(gws, newLimiter(rdb, cfg, slog.New(slog.DiscardHandler), newMetrics(prometheus.NewRegistry()), clock))
+	}
+	p := auth.Principal{UserID: clienttest.User("pace"), DeviceID: "d"}
+	for i := range 40 {
+		if !gws[i%4].allow(t.Context(), p) {
+			t.Fatalf("request %d of 40 refused: leases wasted the bucket", i+1)
+		}
+		now = now.Add(leaseTTL)
+	}
+	if n := counter.n.Load(); n != 40 {
+		t.Errorf("%d scripts for 40 requests a lease period apart, want 40 (one token each)", n)
+	}
+	if gws[0].allow(t.Context(), p) {
+		t.Fatal("the 41st request was served: the bucket was overdrawn")
 	}
 }

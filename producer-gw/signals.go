@@ -159,80 +159,138 @@ func (t *signals) Run(ctx context.Context) error {
 		case <-sweep.C:
 			t.sweep()
 		case <-flush.C:
-			t.mu.Lock()
-			cursors := t.cursors
-			t.cursors = map[cursorKey]cursorVal{}
-			t.mu.Unlock()
-			for k, v := range cursors {
-				e := &imv1.Ephemeral{SessionId: k.session, SenderUserId: k.user}
-				if k.kind == wire.ReceiptRead {
-					e.Signal = &imv1.Ephemeral_Read{Read: &imv1.Read{Seq: v.seq}}
-					t.fanOut(ctx, e, v.shown, true)
-				} else {
-					e.Signal = &imv1.Ephemeral_Delivered{Delivered: &imv1.Delivered{Seq: v.seq}}
-					t.fanOut(ctx, e, v.shown, false)
-				}
-			}
+			t.flushCursors(ctx)
 		case e := <-t.queue:
-			t.fanOut(ctx, e, true, false)
+			t.fanOut(ctx, []outgoing{t.address(ctx, e, true, false)})
 		}
 	}
 }
 
-// fanOut hands e to the gateways of the other members' connections
-// (toOthers) and of the sender's own (toSelf); a lookup or send that fails
-// drops it (counted).
-func (t *signals) fanOut(ctx context.Context, e *imv1.Ephemeral, toOthers, toSelf bool) {
+// outgoing is one signal with the users it goes to; targets nil: it goes
+// nowhere (dropped or nobody to tell).
+type outgoing struct {
+	e       *imv1.Ephemeral
+	targets []string
+}
+
+// flushCursors fans out the cursors taken since the last flush together:
+// one presence lookup for all of them and one push batch per gateway, so
+// a flush costs a few round trips however many users read.
+func (t *signals) flushCursors(ctx context.Context) {
+	t.mu.Lock()
+	cursors := t.cursors
+	t.cursors = map[cursorKey]cursorVal{}
+	t.mu.Unlock()
+	if len(cursors) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	var targets []string
+	out := make([]outgoing, 0, len(cursors))
+	for k, v := range cursors {
+		e := &imv1.Ephemeral{SessionId: k.session, SenderUserId: k.user}
+		if k.kind == wire.ReceiptRead {
+			e.Signal = &imv1.Ephemeral_Read{Read: &imv1.Read{Seq: v.seq}}
+			out = append(out, t.address(ctx, e, v.shown, true))
+		} else {
+			e.Signal = &imv1.Ephemeral_Delivered{Delivered: &imv1.Delivered{Seq: v.seq}}
+			out = append(out, t.address(ctx, e, v.shown, false))
+		}
+	}
+	t.fanOut(ctx, out)
+}
+
+// address finds who e goes to: the other members (toOthers) and the
+// sender's own devices (toSelf). A member list that cannot be read drops
+// e (counted).
+func (t *signals) address(ctx context.Context, e *imv1.Ephemeral, toOthers, toSelf bool) outgoing {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	o := outgoing{e: e}
 	if toOthers {
 		users, err := t.memberList(ctx, e.SessionId)
 		switch {
 		case err != nil:
 			t.m.signals.WithLabelValues(signalName(e), "dropped_error").Inc()
-			t.log.Warn("typing: list members", "session_id", e.SessionId, "err", err)
-			return
+			t.log.Warn("signals: list members", "session_id", e.SessionId, "err", err)
+			return o
 		case len(users) > typingMaxMembers:
 			t.m.signals.WithLabelValues(signalName(e), "dropped_large_group").Inc()
 		default:
-			targets = make([]string, 0, len(users))
+			o.targets = make([]string, 0, len(users))
 			for _, u := range users {
 				if u != e.SenderUserId {
-					targets = append(targets, u)
+					o.targets = append(o.targets, u)
 				}
 			}
 		}
 	}
 	if toSelf {
-		targets = append(targets, e.SenderUserId)
+		o.targets = append(o.targets, e.SenderUserId)
 	}
-	if len(targets) == 0 {
-		return
-	}
-	conns, err := t.presence.Lookup(ctx, targets)
-	if err != nil {
-		t.m.signals.WithLabelValues(signalName(e), "dropped_error").Inc()
-		t.log.Warn("typing: presence lookup", "session_id", e.SessionId, "err", err)
-		return
-	}
-	byGateway := map[string][]*imv1.Recipient{}
-	for user, cs := range conns {
-		for _, c := range cs {
-			byGateway[c.GatewayID] = append(byGateway[c.GatewayID], &imv1.Recipient{UserId: user, DeviceId: c.DeviceID, ConnId: c.ConnID})
+	return o
+}
+
+// fanOut hands the signals to the gateways of their targets' connections,
+// with one presence lookup for all targets and one push batch per
+// gateway; a lookup or send that fails drops what it carried (counted).
+func (t *signals) fanOut(ctx context.Context, out []outgoing) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var users []string
+	seen := map[string]bool{}
+	for _, o := range out {
+		for _, u := range o.targets {
+			if !seen[u] {
+				seen[u] = true
+				users = append(users, u)
+			}
 		}
 	}
-	e.SentTsMs = t.now().UnixMilli()
-	for gw, rs := range byGateway {
-		b := &imv1.PushBatch{GatewayId: gw, Sender: "gateway", SentTsMs: e.SentTsMs,
-			Items: []*imv1.PushItem{{Recipients: rs, Item: &imv1.PushItem_Ephemeral{Ephemeral: e}}}}
-		if err := t.send.Send(ctx, b); err != nil {
-			t.m.signals.WithLabelValues(signalName(e), "dropped_error").Inc()
-			t.log.Warn("typing: send to gateway", "gateway_id", gw, "err", err)
+	if len(users) == 0 {
+		return
+	}
+	conns, err := t.presence.Lookup(ctx, users)
+	if err != nil {
+		for _, o := range out {
+			if len(o.targets) > 0 {
+				t.m.signals.WithLabelValues(signalName(o.e), "dropped_error").Inc()
+			}
+		}
+		t.log.Warn("signals: presence lookup", "signals", len(out), "err", err)
+		return
+	}
+	now := t.now().UnixMilli()
+	batches := map[string]*imv1.PushBatch{}
+	for _, o := range out {
+		if len(o.targets) == 0 {
 			continue
 		}
+		o.e.SentTsMs = now
+		byGateway := map[string][]*imv1.Recipient{}
+		for _, u := range o.targets {
+			for _, c := range conns[u] {
+				byGateway[c.GatewayID] = append(byGateway[c.GatewayID], &imv1.Recipient{UserId: u, DeviceId: c.DeviceID, ConnId: c.ConnID})
+			}
+		}
+		for gw, rs := range byGateway {
+			b := batches[gw]
+			if b == nil {
+				b = &imv1.PushBatch{GatewayId: gw, Sender: "gateway", SentTsMs: now}
+				batches[gw] = b
+			}
+			b.Items = append(b.Items, &imv1.PushItem{Recipients: rs, Item: &imv1.PushItem_Ephemeral{Ephemeral: o.e}})
+		}
+		t.m.signals.WithLabelValues(signalName(o.e), "sent").Inc()
 	}
-	t.m.signals.WithLabelValues(signalName(e), "sent").Inc()
+	for gw, b := range batches {
+		if err := t.send.Send(ctx, b); err != nil {
+			for _, it := range b.Items {
+				t.m.signals.WithLabelValues(signalName(it.GetEphemeral()), "dropped_error").Inc()
+			}
+			t.log.Warn("signals: send to gateway", "gateway_id", gw, "signals", len(b.Items), "err", err)
+		}
+	}
 }
 
 // signalName labels e's kind in the metrics.

@@ -14,7 +14,7 @@ const DefaultMaxFrameBytes = 1 << 20
 
 // encodeBatch marshals b into frames of at most maxBytes each, splitting
 // its items in halves until every part fits. Every part repeats
-// gateway_id and sent_ts_ms; items keep their order across the parts.
+// gateway_id, sender and sent_ts_ms; items keep their order across the parts.
 //
 // It uses the generated MarshalVT (about half of proto.Marshal's CPU),
 // which skips proto.Marshal's UTF-8 check of strings: a batch is built from
@@ -34,7 +34,7 @@ func encodeBatch(b *imv1.PushBatch, maxBytes int) ([][]byte, error) {
 	half := len(b.Items) / 2
 	var out [][]byte
 	for _, items := range [][]*imv1.PushItem{b.Items[:half], b.Items[half:]} {
-		part, err := encodeBatch(&imv1.PushBatch{GatewayId: b.GatewayId, SentTsMs: b.SentTsMs, Items: items}, maxBytes)
+		part, err := encodeBatch(&imv1.PushBatch{GatewayId: b.GatewayId, Sender: b.Sender, SentTsMs: b.SentTsMs, Items: items}, maxBytes)
 		if err != nil {
 			return nil, err
 		}

@@ -39,7 +39,7 @@ func TestEncodeBatch(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			frames, err := encodeBatch(&imv1.PushBatch{GatewayId: "gw", SentTsMs: 9, Items: c.items}, c.max)
+			frames, err := encodeBatch(&imv1.PushBatch{GatewayId: "gw", Sender: "sequencer", SentTsMs: 9, Items: c.items}, c.max)
 			if c.wantErr != nil {
 				if !errors.Is(err, c.wantErr) {
 					t.Fatalf("err = %v, want %v", err, c.wantErr)
@@ -61,8 +61,8 @@ func TestEncodeBatch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if b.SentTsMs != 9 {
-					t.Fatalf("part lost sent_ts_ms: %v", b.SentTsMs)
+				if b.SentTsMs != 9 || b.Sender != "sequencer" {
+					t.Fatalf("part lost sent_ts_ms or sender: %v %q", b.SentTsMs, b.Sender)
 				}
 				got = append(got, b.Items...)
 			}
