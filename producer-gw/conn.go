@@ -412,15 +412,16 @@ func (c *conn) offer(b []byte) bool {
 
 // deliver writes a pushed event unless the connection already got a later
 // (or the same) seq of the session: what a device receives is strictly
-// increasing per session; anything it misses it finds by sync.
-func (c *conn) deliver(session string, seq int64, frame []byte, note func() unreadNote) string {
+// increasing per session; anything it misses it finds by sync. now is
+// when the event arrived (one clock read per event, not per recipient).
+func (c *conn) deliver(now time.Time, session string, seq int64, frame []byte, note func() unreadNote) string {
 	c.mu.Lock()
 	if seq <= c.lastSeq[session] {
 		c.mu.Unlock()
 		return "dropped_order"
 	}
 	c.lastSeq[session] = seq
-	c.recent.add(time.Now(), pendingNote{session: session, note: note()})
+	c.recent.add(now, pendingNote{session: session, note: note()})
 	if c.unread == nil {
 		c.mu.Unlock()
 		if !c.enqueue(frame) {

@@ -54,17 +54,60 @@ type downlink struct {
 	tracer trace.Tracer // nil: tracing off
 	log    *slog.Logger
 	m      *metrics
+	// outcomes are pushItems' counters of conn.deliver's outcomes, looked
+	// up once rather than per recipient.
+	outcomes map[string]prometheus.Counter
 }
 
 func newDownlink(gatewayID string, recv delivery.Receiver, seqs seqSink, members eventMembers, conns connIndex,
 	tracer trace.Tracer, log *slog.Logger, m *metrics) *downlink {
-	return &downlink{gatewayID: gatewayID, recv: recv, seqs: seqs, members: members, conns: conns, tracer: tracer, log: log, m: m}
+	d := &downlink{gatewayID: gatewayID, recv: recv, seqs: seqs, members: members, conns: conns, tracer: tracer, log: log, m: m,
+		outcomes: map[string]prometheus.Counter{}}
+	for _, o := range []string{"delivered", "dropped_order", "dropped_closed"} {
+		d.outcomes[o] = m.pushItems.WithLabelValues(o)
+	}
+	return d
 }
+
+// pushed is the pushItems counter of outcome.
+func (d *downlink) pushed(outcome string) prometheus.Counter {
+	if c, ok := d.outcomes[outcome]; ok {
+		return c
+	}
+	return d.m.pushItems.WithLabelValues(outcome)
+}
+
+// pushQueue bounds the pushers' and gateways' batches received and not
+// yet applied; when it is full the transport waits.
+const pushQueue = 256
 
 // Run receives this gateway's batches until ctx ends, and returns
 // ctx.Err(), or the transport's error if it stops by itself.
+//
+// The transports hand over one batch at a time, whichever stream it came
+// from. A sequencer's batch (direct ACKs: only waiters to resolve) is
+// applied at once; the others (events to write to connections, unread
+// counts, signals) go to one goroutine that applies them in the order
+// received, so a direct ACK never waits behind the pushes ahead of it.
 func (d *downlink) Run(ctx context.Context) error {
-	return d.recv.Receive(ctx, d.gatewayID, d.onBatch)
+	pushes := make(chan *imv1.PushBatch, pushQueue)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for b := range pushes {
+			d.onBatch(b)
+		}
+	}()
+	err := d.recv.Receive(ctx, d.gatewayID, func(b *imv1.PushBatch) {
+		if b.Sender == "sequencer" {
+			d.onBatch(b)
+			return
+		}
+		pushes <- b
+	})
+	close(pushes)
+	<-done
+	return err
 }
 
 // onBatch takes one PushBatch from the transport. It only touches memory
@@ -150,6 +193,7 @@ func (d *downlink) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient
 	var (
 		frame []byte
 		n     *unreadNote
+		now   = time.Now()
 	)
 	note := func() unreadNote {
 		if n == nil {
@@ -183,7 +227,7 @@ func (d *downlink) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient
 				return
 			}
 		}
-		d.m.pushItems.WithLabelValues(c.deliver(ev.SessionId, ev.Seq, frame, note)).Inc()
+		d.pushed(c.deliver(now, ev.SessionId, ev.Seq, frame, note)).Inc()
 	}
 }
 

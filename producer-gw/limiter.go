@@ -23,7 +23,7 @@ import (
 // at most leaseTTL; what is left then is dropped. A lease's size follows
 // the user's pace: the first is one token; one spent before it expired is
 // followed by one twice its size, up to maxLeaseOf(burst) (burst/4, at
-// most 25); one that expired is followed by one of what was spent of it.
+// most 1,000: 25 with the default burst of 100); one that expired is followed by one of what was spent of it.
 // So a user who sends now and then takes one token at a time and wastes
 // none (on any number of gateways), and a busy one asks Redis about once
 // per leaseTTL. The shared bucket is never overdrawn (a leased token was
@@ -41,7 +41,7 @@ const (
 	redisLimitTimeout  = 50 * time.Millisecond
 	redisLimitCooldown = time.Second
 	leaseTTL           = 2 * time.Second
-	maxLease           = 25
+	maxLease           = 1000
 )
 
 // limiter decides whether a request of a user's device may go on: within

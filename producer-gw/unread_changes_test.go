@@ -137,7 +137,7 @@ func pushFrame(t *testing.T, c *conn, ev *imv1.SequencedEvent) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.deliver(ev.SessionId, ev.Seq, b, func() unreadNote { return noteOf(ev) }); got != "delivered" {
+	if got := c.deliver(time.Now(), ev.SessionId, ev.Seq, b, func() unreadNote { return noteOf(ev) }); got != "delivered" {
 		t.Fatalf("deliver %s/%d: %s", ev.SessionId, ev.Seq, got)
 	}
 }
