@@ -306,16 +306,48 @@ func ensureTables(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // ForWrite returns the key that seals what owner sends to session now,
-// making it on first use in the period.
+// making it on first use in the period. A key in use near the end of its
+// period has the next period's made in the background (prepareNext).
 func (s *Store) ForWrite(ctx context.Context, owner, session string) (Key, error) {
-	sl := slot{owner, session, s.periodStart(s.opts.Now()).Unix()}
+	now := s.opts.Now()
+	sl := slot{owner, session, s.periodStart(now).Unix()}
 	if k, ok, stale := s.bySlot.Get(sl); ok {
 		if stale {
 			s.refreshAhead(sl, s.confirmSlot(sl, k))
 		}
+		s.prepareNext(sl, now)
 		return k, nil
 	}
 	s.misses.Add(1)
+	return s.load(ctx, sl)
+}
+
+// prepareNext makes (or finds) the key of the period after sl's in the
+// background once now is within nextAhead of that period, and caches it:
+// without it every sender of every busy session would make a key on its
+// first send of the period, all at the period's start, each on its
+// sender's path.
+func (s *Store) prepareNext(sl slot, now time.Time) {
+	next := slot{sl.owner, sl.session, sl.period + int64(s.opts.Period/time.Second)}
+	if time.Unix(next.period, 0).Sub(now) > s.nextAhead() {
+		return
+	}
+	if _, ok, _ := s.bySlot.Get(next); ok {
+		return
+	}
+	s.refreshAhead(next, func(ctx context.Context) error {
+		_, err := s.load(ctx, next)
+		return err
+	})
+}
+
+// nextAhead is how long before a period the next period's keys are made:
+// half a cache life, so the key is still cached when the period starts.
+func (s *Store) nextAhead() time.Duration { return min(s.opts.CacheTTL, s.opts.Period) / 2 }
+
+// load finds sl's key in PostgreSQL or makes it, and caches it.
+func (s *Store) load(ctx context.Context, sl slot) (Key, error) {
+	owner, session := sl.owner, sl.session
 	// Most misses find the key made earlier in the period: one query. (A
 	// key found here and destroyed by an erasure a moment later seals a
 	// body that is then erased with the rest: the erasure's promise holds.)

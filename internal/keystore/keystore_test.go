@@ -403,3 +403,68 @@ func TestKeysInUseStayCached(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestNextPeriodKeyMadeAhead: a key in use within half a cache life of
+// its period's end has the next period's key made in the background, so
+// the first send of the new period finds its key cached (no PostgreSQL on
+// the sender's path); it is the next period's row, a different key.
+func TestNextPeriodKeyMadeAhead(t *testing.T) {
+	ctx := context.Background()
+	p, kek := pool(t), newKEK(t)
+	const period, ttl = time.Hour, 10 * time.Second
+	base := time.Unix((time.Now().Unix()/3600+2)*3600, 0) // a period start, in the future
+	now := base.Add(time.Minute)
+	s := open(t, p, kek, Options{Period: period, CacheTTL: ttl, Now: func() time.Time { return now }})
+	alice, sess := id("alice"), id("s")
+	rows := func() int {
+		var n int
+		if err := p.QueryRow(ctx, `SELECT count(*) FROM seqflow_data_keys WHERE owner_user_id = $1 AND session_id = $2`, alice, sess).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	k1, err := s.ForWrite(ctx, alice, sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A minute before the end: more than half a cache life, nothing yet.
+	now = base.Add(period - time.Minute)
+	if _, err := s.ForWrite(ctx, alice, sess); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := rows(); n != 1 {
+		t.Fatalf("%d keys a minute before the period's end, want 1", n)
+	}
+	// Two seconds before the end: the next period's key is made.
+	now = base.Add(period - 2*time.Second)
+	if k, err := s.ForWrite(ctx, alice, sess); err != nil || k.ID != k1.ID {
+		t.Fatalf("key %d, %v before the period's end, want %d", k.ID, err, k1.ID)
+	}
+	next := slot{alice, sess, base.Add(period).Unix()}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok, _ := s.bySlot.Get(next); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the next period's key was not made ahead within 5 s")
+		}
+	}
+	misses := s.misses.Load()
+	now = base.Add(period + time.Second)
+	k2, err := s.ForWrite(ctx, alice, sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.misses.Load(); got != misses {
+		t.Errorf("the first send of the period went to PostgreSQL (%d misses, want %d)", got, misses)
+	}
+	var want int64
+	if err := p.QueryRow(ctx, `SELECT key_id FROM seqflow_data_keys WHERE owner_user_id = $1 AND session_id = $2
+		AND period_start = to_timestamp($3)`, alice, sess, base.Add(period).Unix()).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	if k2.ID == k1.ID || k2.ID != want {
+		t.Fatalf("key %d in the new period, want the new period's row %d (the last period's was %d)", k2.ID, want, k1.ID)
+	}
+}
