@@ -138,18 +138,37 @@ FROM %[2]s z
 WHERE z.k = $1 AND (z.member_op LIKE 'role:%%' OR z.member_op = 'transfer') AND m.session_id = z.session_id AND m.user_id = z.user_id
   AND m.left_seq IS NULL AND m.role_seq < z.seq`, q, membershipEvents),
 
-		memberRemove: fmt.Sprintf(`UPDATE %[1]s.session_members m SET left_seq = z.seq
-FROM %[2]s z
-WHERE z.k = $1 AND z.member_op = 'remove' AND m.session_id = z.session_id AND m.user_id = z.user_id
-  AND m.left_seq IS NULL AND m.joined_seq < z.seq`, q, membershipEvents),
+		// A member who leaves (or is removed, or erased) loses their read
+		// and delivery cursors of the session up to the seq they left at
+		// (one above it can only be from after a rejoin, written by a
+		// persister whose receipts ran ahead of its events); receipts of
+		// a former member, or below a member's joined seq, are not stored
+		// (reads, deliveries). So the cursors are the same whichever of
+		// the two topics a rebuild or a lagging persister applies first.
+		memberRemove: fmt.Sprintf(`WITH gone AS (
+	UPDATE %[1]s.session_members m SET left_seq = z.seq
+	FROM %[2]s z
+	WHERE z.k = $1 AND z.member_op = 'remove' AND m.session_id = z.session_id AND m.user_id = z.user_id
+	  AND m.left_seq IS NULL AND m.joined_seq < z.seq
+	RETURNING m.session_id, m.user_id, m.left_seq
+), reads AS (
+	DELETE FROM %[1]s.read_cursors c USING gone g
+	WHERE c.session_id = g.session_id AND c.user_id = g.user_id AND c.read_seq <= g.left_seq
+)
+DELETE FROM %[1]s.delivery_cursors c USING gone g
+WHERE c.session_id = g.session_id AND c.user_id = g.user_id AND c.delivered_seq <= g.left_seq`, q, membershipEvents),
 
 		reads: fmt.Sprintf(`INSERT INTO %[1]s.read_cursors AS c (session_id, user_id, read_seq)
-SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+SELECT r.session_id, r.user_id, r.seq FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(session_id, user_id, seq)
+WHERE NOT EXISTS (SELECT 1 FROM %[1]s.session_members m WHERE m.session_id = r.session_id AND m.user_id = r.user_id
+	AND (m.left_seq IS NOT NULL OR r.seq < m.joined_seq))
 ON CONFLICT (session_id, user_id) DO UPDATE SET read_seq = EXCLUDED.read_seq, updated_at = now()
 WHERE c.read_seq < EXCLUDED.read_seq`, q),
 
 		deliveries: fmt.Sprintf(`INSERT INTO %[1]s.delivery_cursors AS c (session_id, user_id, device_id, delivered_seq)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+SELECT r.session_id, r.user_id, r.device_id, r.seq FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS r(session_id, user_id, device_id, seq)
+WHERE NOT EXISTS (SELECT 1 FROM %[1]s.session_members m WHERE m.session_id = r.session_id AND m.user_id = r.user_id
+	AND (m.left_seq IS NOT NULL OR r.seq < m.joined_seq))
 ON CONFLICT (session_id, user_id, device_id) DO UPDATE SET delivered_seq = EXCLUDED.delivered_seq, updated_at = now()
 WHERE c.delivered_seq < EXCLUDED.delivered_seq`, q),
 

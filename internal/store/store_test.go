@@ -36,6 +36,10 @@ func TestWriteProjectsSessionState(t *testing.T) {
 	res, err := w.Write(ctx, b1)
 	requireNoErr(t, err)
 	require(t, res.Inserted, 7, "inserted")
+	before, err := st.Changes(ctx, "bob")
+	requireNoErr(t, err)
+	require(t, len(before), 1, "sessions of bob")
+	require(t, before[0].ReadSeq, int64(3), "read seq moves forward only")
 	// Batch 2: recall by the sender; membership remove and re-add in one
 	// batch; a remove of carol.
 	b2 := &Batch{Rows: rowsOf(t,
@@ -82,7 +86,7 @@ func TestWriteProjectsSessionState(t *testing.T) {
 	require(t, len(changes), 1, "sessions of bob")
 	c := changes[0]
 	require(t, c.MaxSeq, int64(11), "max seq")
-	require(t, c.ReadSeq, int64(3), "read seq moves forward only")
+	require(t, c.ReadSeq, int64(0), "a re-added member's read seq (the cursor of before the removal is gone)")
 	require(t, c.JoinedSeq, int64(10), "re-added member's joined seq")
 	require(t, c.Kind, "group", "kind")
 	require(t, c.Title, "team", "title")
