@@ -448,3 +448,78 @@ func TestEraseOverAdminHTTP(t *testing.T) {
 			f.Event.Action == wire.ActionRemove && len(f.Event.UserIDs) == 1 && f.Event.UserIDs[0] == bob
 	})
 }
+
+// TestErasureLeavesSessionsNotYetStored: a group the user created just
+// before the erasure, in the log but not yet in the store (its persister
+// is down here), is left too: the erasure waits until the store holds the
+// log up to the erasure and lists the user's sessions again, so it
+// answers only once every session is left (with ownership passed on).
+func TestErasureLeavesSessionsNotYetStored(t *testing.T) {
+	p := newPipeline(t)
+	kb := make([]byte, keystore.KeyBytes)
+	_, _ = rand.Read(kb)
+	kek := base64.StdEncoding.EncodeToString(kb)
+	gw := p.gateway(map[string]string{"SEQFLOW_KEK": kek})
+	alice, bob := user("alice"), user("bob")
+	ca := p.connect(gw, alice, "d1")
+	stored, seq := createGroup(ca, bob)
+	p.waitStored(stored, seq)
+	p.procs["persister"].Kill()
+	late, _ := createGroup(ca, bob)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ks, err := keystore.Open(ctx, p.pool, mustKEK(t, kek), keystore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := store.Open(ctx, p.pool, "public")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kgo.NewClient(append(eventlog.ClientOpts(p.st.KafkaBrokers, "gw-test-erasure"), eventlog.ProducerOpts()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	type outcome struct {
+		r   erasure.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := erasure.EraseUser(ctx, erasure.Deps{Keys: ks, Store: msgs, Kafka: kc, Topics: p.topics}, alice, "dpo-ticket-2")
+		done <- outcome{r, err}
+	}()
+	// The first listing (the store holds only the first group) is made
+	// while the persister is down; it comes back a few seconds later.
+	time.Sleep(2 * time.Second)
+	select {
+	case o := <-done:
+		t.Fatalf("the erasure answered while the store lacked a session of the user: %+v %v", o.r, o.err)
+	default:
+	}
+	if err := p.procs["persister"].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil || o.r.Sessions != 2 || o.r.Transfers != 2 {
+		t.Fatalf("erasure: %+v %v, want 2 sessions left, 2 ownership transfers", o.r, o.err)
+	}
+	for _, sid := range []string{stored, late} {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			in, err := msgs.IsMember(ctx, sid, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !in {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("alice is still a member of %s 20 s after her erasure", sid)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}

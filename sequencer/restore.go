@@ -101,35 +101,11 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 // last stable offset reaches the high watermark seen at the start) and
 // returns that offset.
 func stableEnd(ctx context.Context, adm *kadm.Client, topic string, p int32, deadline time.Time) (int64, error) {
-	ends, err := adm.ListEndOffsets(ctx, topic)
+	ends, err := eventlog.StableEnds(ctx, adm, topic, []int32{p}, deadline)
 	if err != nil {
-		return 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
+		return 0, err
 	}
-	hwm, ok := ends.Lookup(topic, p)
-	if !ok || hwm.Err != nil {
-		return 0, fmt.Errorf("end offset of %s/%d: %v", topic, p, hwm.Err)
-	}
-	for {
-		stable, err := adm.ListCommittedOffsets(ctx, topic)
-		if err != nil {
-			return 0, fmt.Errorf("list stable offsets of %s: %w", topic, err)
-		}
-		o, ok := stable.Lookup(topic, p)
-		if !ok || o.Err != nil {
-			return 0, fmt.Errorf("stable offset of %s/%d: %v", topic, p, o.Err)
-		}
-		if o.Offset >= hwm.Offset {
-			return o.Offset, nil
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%s/%d: a transaction stays open (stable offset %d < %d) past the transaction timeout", topic, p, o.Offset, hwm.Offset)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return ends[p], nil
 }
 
 // offsetAfter is the first offset of partition p of topic with a

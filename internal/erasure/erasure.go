@@ -11,7 +11,9 @@
 //     group, an ownership transfer to its longest-standing admin (else
 //     member) goes first, so the group keeps an owner. Being sequenced
 //     events, the leaves reach the store, the pushers, replays and audits
-//     alike;
+//     alike. Once the store holds the log up to the erasure (the
+//     persister lags it), the sessions are listed again and any one not
+//     left yet (joined just before) is left too;
 //  3. their devices are signed out (their tokens stop working, their
 //     connections close with 4002), when Redis is given.
 //
@@ -28,6 +30,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
@@ -75,45 +78,24 @@ func EraseUser(ctx context.Context, d Deps, user, actor string) (Result, error) 
 		return res, fmt.Errorf("destroy the keys of %s: %w", user, err)
 	}
 	res.Erasure = e
-	states, err := d.Store.Changes(ctx, user)
+	// What the log held once the keys were gone: a session created just
+	// before may not be in the store yet (the persister lags the log by
+	// its batch time), so the sessions are listed again once the store
+	// holds all of it, and any not left yet is left too.
+	ends, err := eventlog.StableEnds(ctx, kadm.NewClient(d.Kafka), d.Topics.Sequenced, nil, time.Now().Add(catchUpTimeout))
 	if err != nil {
-		return res, fmt.Errorf("list the sessions of %s: %w", user, err)
+		return res, fmt.Errorf("find the end of %s: %w", d.Topics.Sequenced, err)
 	}
 	at := e.ErasedAt.UnixMilli()
-	var recs []*kgo.Record
-	for _, s := range states {
-		if s.Role == "owner" {
-			to, err := successor(ctx, d.Store, s.SessionID, user)
-			if err != nil {
-				return res, err
-			}
-			if to != "" {
-				u := uplink(s.SessionID, user, fmt.Sprintf("erasure-transfer:%s:%d", user, at))
-				u.Command = &imv1.Uplink_Group{Group: &imv1.GroupChange{Op: &imv1.GroupChange_TransferOwnership_{
-					TransferOwnership: &imv1.GroupChange_TransferOwnership{UserId: to}}}}
-				rec, err := record(d.Topics, "group", u)
-				if err != nil {
-					return res, err
-				}
-				recs = append(recs, rec)
-				res.Transfers++
-			}
-		}
-		u := uplink(s.SessionID, user, fmt.Sprintf("erasure:%s:%d", user, at))
-		u.Command = &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{
-			Op: imv1.MembershipChange_OP_REMOVE, UserIds: []string{user},
-			Erasure: &imv1.Erasure{Actor: actor, ErasedAtMs: at}}}
-		rec, err := record(d.Topics, "membership", u)
-		if err != nil {
-			return res, err
-		}
-		recs = append(recs, rec)
-		res.Sessions++
+	left := map[string]bool{}
+	if err := leaveAll(ctx, d, &res, left, user, actor, at); err != nil {
+		return res, err
 	}
-	// One session's records share a key, so the partition keeps their
-	// order: the transfer before the leave.
-	if err := d.Kafka.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return res, fmt.Errorf("produce the leaves of %s: %w", user, err)
+	if err := storeHolds(ctx, d, ends); err != nil {
+		return res, fmt.Errorf("the store does not yet hold %s up to the erasure (run it again): %w", d.Topics.Sequenced, err)
+	}
+	if err := leaveAll(ctx, d, &res, left, user, actor, at); err != nil {
+		return res, err
 	}
 	if d.Devices != nil {
 		n, err := signOut(ctx, d.Devices, user)
@@ -127,6 +109,107 @@ func EraseUser(ctx context.Context, d Deps, user, actor string) (Result, error) 
 			"sessions", res.Sessions, "transfers", res.Transfers, "devices_signed_out", res.DevicesSignedOut, "again", e.Again)
 	}
 	return res, nil
+}
+
+// catchUpTimeout bounds the wait for the log's open transactions, and then
+// the wait for the store to hold the log up to the erasure.
+const catchUpTimeout = 10 * time.Second
+
+// leaveAll sends user's leave (after an ownership transfer where user owns
+// a group) to every session the store lists user in that is not in left
+// yet, and adds them to left and to res.
+func leaveAll(ctx context.Context, d Deps, res *Result, left map[string]bool, user, actor string, at int64) error {
+	states, err := d.Store.Changes(ctx, user)
+	if err != nil {
+		return fmt.Errorf("list the sessions of %s: %w", user, err)
+	}
+	var recs []*kgo.Record
+	for _, s := range states {
+		if left[s.SessionID] {
+			continue
+		}
+		if s.Role == "owner" {
+			to, err := successor(ctx, d.Store, s.SessionID, user)
+			if err != nil {
+				return err
+			}
+			if to != "" {
+				u := uplink(s.SessionID, user, fmt.Sprintf("erasure-transfer:%s:%d", user, at))
+				u.Command = &imv1.Uplink_Group{Group: &imv1.GroupChange{Op: &imv1.GroupChange_TransferOwnership_{
+					TransferOwnership: &imv1.GroupChange_TransferOwnership{UserId: to}}}}
+				rec, err := record(d.Topics, "group", u)
+				if err != nil {
+					return err
+				}
+				recs = append(recs, rec)
+				res.Transfers++
+			}
+		}
+		u := uplink(s.SessionID, user, fmt.Sprintf("erasure:%s:%d", user, at))
+		u.Command = &imv1.Uplink_Membership{Membership: &imv1.MembershipChange{
+			Op: imv1.MembershipChange_OP_REMOVE, UserIds: []string{user},
+			Erasure: &imv1.Erasure{Actor: actor, ErasedAtMs: at}}}
+		rec, err := record(d.Topics, "membership", u)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, rec)
+		left[s.SessionID] = true
+		res.Sessions++
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	// One session's records share a key, so the partition keeps their
+	// order: the transfer before the leave.
+	if err := d.Kafka.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("produce the leaves of %s: %w", user, err)
+	}
+	return nil
+}
+
+// storeHolds waits until the store holds every committed event of the
+// sequenced log below ends (per partition): its stored offset is at the
+// end, or what lies between is only transaction markers and aborted
+// records.
+func storeHolds(ctx context.Context, d Deps, ends map[int32]int64) error {
+	topic := d.Topics.Sequenced
+	deadline := time.Now().Add(catchUpTimeout)
+	for {
+		stored, err := d.Store.StoredOffsets(ctx, topic)
+		if err != nil {
+			return err
+		}
+		behind := int32(-1)
+		for p, end := range ends {
+			from, ok := stored[p]
+			if ok && from >= end {
+				continue
+			}
+			if !ok {
+				from = -1 // never written: from the partition's start
+			}
+			n := 0
+			if _, err := eventlog.ReadCommitted(ctx, d.Kafka.Opts(), topic, p, from, end, 5*time.Second, func(*kgo.Record) { n++ }); err != nil {
+				return err
+			}
+			if n > 0 {
+				behind = p
+				break
+			}
+		}
+		if behind < 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("partition %d still behind after %v", behind, catchUpTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // successor is who gets a group user owns: its admin with the lowest

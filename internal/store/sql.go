@@ -177,6 +177,11 @@ SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])
 ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()
 WHERE o.next_offset < EXCLUDED.next_offset`, q),
 
-		readOffsets: fmt.Sprintf(`SELECT partition, next_offset FROM %[1]s.store_offsets WHERE topic = $1`, q),
+		readOffsets: readOffsetsSQL(q),
 	}
+}
+
+// readOffsetsSQL reads schema q's stored offsets of a topic ($1).
+func readOffsetsSQL(q string) string {
+	return fmt.Sprintf(`SELECT partition, next_offset FROM %s.store_offsets WHERE topic = $1`, q)
 }

@@ -109,6 +109,14 @@ func (s *Store) Follow(ctx context.Context) error {
 	return Watch(ctx, s.pool, s.home, func(schema string) { s.schema.Store(&schema) })
 }
 
+// StoredOffsets returns, per partition of topic, the next offset the store
+// holds everything before (partitions it never wrote are absent).
+func (s *Store) StoredOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+	w := Writer{pool: s.pool}
+	w.sql.readOffsets = readOffsetsSQL(s.q())
+	return w.StoredOffsets(ctx, topic)
+}
+
 // Members returns the current members of a session, sorted.
 func (s *Store) Members(ctx context.Context, sessionID string) ([]string, error) {
 	rows, err := s.pool.Query(ctx, fmt.Sprintf(
