@@ -175,6 +175,10 @@ func leaveAll(ctx context.Context, d Deps, res *Result, left map[string]bool, us
 func storeHolds(ctx context.Context, d Deps, ends map[int32]int64) error {
 	topic := d.Topics.Sequenced
 	deadline := time.Now().Add(catchUpTimeout)
+	// A reader of its own: d.Kafka's options carry its hooks (metrics),
+	// which must not be shared with another client.
+	brokers, _ := d.Kafka.OptValue(kgo.SeedBrokers).([]string)
+	opts := eventlog.ClientOpts(brokers, producerName)
 	for {
 		stored, err := d.Store.StoredOffsets(ctx, topic)
 		if err != nil {
@@ -190,7 +194,7 @@ func storeHolds(ctx context.Context, d Deps, ends map[int32]int64) error {
 				from = -1 // never written: from the partition's start
 			}
 			n := 0
-			if _, err := eventlog.ReadCommitted(ctx, d.Kafka.Opts(), topic, p, from, end, 5*time.Second, func(*kgo.Record) { n++ }); err != nil {
+			if _, err := eventlog.ReadCommitted(ctx, opts, topic, p, from, end, 5*time.Second, func(*kgo.Record) { n++ }); err != nil {
 				return err
 			}
 			if n > 0 {

@@ -2,10 +2,12 @@ package eventlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // StableEnds waits until partitions ps of topic (nil: all of them) have no
@@ -13,7 +15,8 @@ import (
 // reaches the high watermark seen at the call) and returns those stable
 // offsets: everything below them is decided, committed or aborted, so a
 // reader that has applied the committed records below them has seen
-// everything written before the call. It gives up at deadline.
+// everything written before the call. With ps nil, a topic that does not
+// exist has no partitions: an empty map. It gives up at deadline.
 func StableEnds(ctx context.Context, adm *kadm.Client, topic string, ps []int32, deadline time.Time) (map[int32]int64, error) {
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
@@ -21,13 +24,21 @@ func StableEnds(ctx context.Context, adm *kadm.Client, topic string, ps []int32,
 	}
 	hwm := map[int32]int64{}
 	if ps == nil {
+		var missing error
 		ends.Each(func(o kadm.ListedOffset) {
-			if o.Topic == topic {
+			switch {
+			case o.Topic != topic:
+			case errors.Is(o.Err, kerr.UnknownTopicOrPartition):
+				missing = o.Err
+			default:
 				ps = append(ps, o.Partition)
 			}
 		})
+		if len(ps) == 0 && missing != nil {
+			return map[int32]int64{}, nil // no topic: nothing was ever written to it
+		}
 		if len(ps) == 0 {
-			return nil, fmt.Errorf("end offsets of %s: no partitions (does the topic exist?)", topic)
+			return nil, fmt.Errorf("end offsets of %s: no partitions listed", topic)
 		}
 	}
 	for _, p := range ps {
