@@ -52,6 +52,7 @@ func (b *Bench) filledLog(ctx context.Context) (*sequencedLog, error) {
 	keep := false
 	defer func() {
 		s.stopProcs()
+		b.dropSchema(s.schema)
 		if !keep {
 			b.deleteTopics(s.prefix)
 		}

@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,6 +31,11 @@ const benchSecret = "seqbench-secret-seqbench-secret-0123456789"
 type services struct {
 	b      *Bench
 	prefix string
+	// schema is the PostgreSQL schema of the phase's store and seq
+	// segments, dropped with the topics: bench runs leave nothing in
+	// the stack's public schema (millions of rows after a few dozen
+	// runs would slow every later test that scans it).
+	schema string
 	procs  []*proc.Proc
 }
 
@@ -72,13 +79,21 @@ func (b *Bench) startServices(ctx context.Context, phase string, extra []string,
 		return nil, err
 	}
 	id := randHex(4)
-	s := &services{b: b, prefix: "bench-" + id + "."}
-	if err := b.setupTopics(ctx, s.prefix); err != nil {
+	s := &services{b: b, prefix: "bench-" + id + ".", schema: "bench_" + id}
+	if err := b.setupTopics(ctx, s.prefix, s.schema); err != nil {
+		b.dropSchema(s.schema)
+		return nil, err
+	}
+	pgURL, err := withSearchPath(b.cfg.PGURL, s.schema)
+	if err != nil {
+		b.dropSchema(s.schema)
 		return nil, err
 	}
 	common := []string{
 		"SEQFLOW_KAFKA_BROKERS=" + strings.Join(b.cfg.Brokers, ","),
-		"SEQFLOW_PG_URL=" + b.cfg.PGURL,
+		"SEQFLOW_PG_URL=" + pgURL,
+		"PERSISTER_SCHEMA=" + s.schema,
+		"GATEWAY_STORE_SCHEMA=" + s.schema,
 		"SEQFLOW_REDIS_ADDR=" + b.cfg.RedisAddr,
 		"SEQFLOW_TOPIC_PREFIX=" + s.prefix,
 	}
@@ -134,10 +149,42 @@ func (s *services) exited() error {
 	return errors.Join(errs...)
 }
 
-// stop ends the services (stopProcs) and deletes their topics.
+// stop ends the services (stopProcs) and deletes their topics and
+// their schema.
 func (s *services) stop() {
 	s.stopProcs()
 	s.b.deleteTopics(s.prefix)
+	s.b.dropSchema(s.schema)
+}
+
+// withSearchPath returns the PostgreSQL URL with search_path set to
+// schema, so every unqualified table a service uses (seq segments,
+// group snapshots) lands in the phase's schema. pgx sends unknown URL
+// parameters as run-time parameters.
+func withSearchPath(pgURL, schema string) (string, error) {
+	u, err := url.Parse(pgURL)
+	if err != nil || u.Scheme == "" {
+		return "", fmt.Errorf("SEQFLOW_PG_URL must be a postgres:// URL to give the bench its own schema: %q", pgURL)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// dropSchema removes a phase's schema and everything in it (best
+// effort: a failure only leaves it behind).
+func (b *Bench) dropSchema(schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, b.cfg.PGURL)
+	if err != nil {
+		return
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		b.log.Warn("drop bench schema", "schema", schema, "err", err)
+	}
 }
 
 // stopProcs ends the services in reverse start order: SIGTERM, then
@@ -162,8 +209,9 @@ func (b *Bench) deleteTopics(prefix string) {
 	_, _ = kadm.NewClient(cl).DeleteTopics(ctx, t.Uplink, t.Sequenced, t.Duplicates, t.Receipts, t.Offline, t.DeadLetter)
 }
 
-// setupTopics creates the prefix's topics and applies the migrations.
-func (b *Bench) setupTopics(ctx context.Context, prefix string) error {
+// setupTopics creates the prefix's topics, the schema, and applies the
+// migrations in it.
+func (b *Bench) setupTopics(ctx context.Context, prefix, schema string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...))
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
@@ -177,7 +225,10 @@ func (b *Bench) setupTopics(ctx context.Context, prefix string) error {
 		return fmt.Errorf("postgres pool: %w", err)
 	}
 	defer pool.Close()
-	if _, err := migrate.Up(ctx, pool, "public"); err != nil {
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	if _, err := migrate.Up(ctx, pool, schema); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
