@@ -62,6 +62,15 @@ type conn struct {
 	inflight chan struct{}
 	lastSeen atomic.Int64
 
+	// lazy holds receipt frames until the connection's next write, or
+	// receiptDelay at most (offerLazy): a busy connection carries them in
+	// a write it makes anyway, instead of a write(2) each on the gateway
+	// and a read(2) each on the client.
+	lazyMu    sync.Mutex
+	lazy      [][]byte
+	lazyTimer *time.Timer
+	lazyWake  chan struct{}
+
 	mu      sync.Mutex
 	lastSeq map[string]int64 // per session, the highest seq written
 	rc      *receiptBatch
@@ -132,7 +141,7 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(-1) // readLoop bounds frames (hardFrameFactor)
 	c := &conn{api: a, ws: ws, nc: hj.nc, id: "c-" + uuid.Must(uuid.NewV7()).String(), p: p, platform: platform,
-		out: make(chan []byte, a.cfg.ConnQueue), closing: make(chan struct{}),
+		out: make(chan []byte, a.cfg.ConnQueue), closing: make(chan struct{}), lazyWake: make(chan struct{}, 1),
 		inflight: make(chan struct{}, a.cfg.MaxInFlight), lastSeq: map[string]int64{}}
 	c.rc = a.receipts.batch(p)
 	c.touch()
@@ -410,6 +419,58 @@ func (c *conn) offer(b []byte) bool {
 	}
 }
 
+const (
+	// receiptDelay bounds how long a receipt frame waits for another
+	// frame to share its write with (docs/protocol.md, "Receipts").
+	receiptDelay = 100 * time.Millisecond
+	// maxLazy bounds the receipt frames waiting on one connection; past
+	// it they are dropped, like any ephemeral frame of a full queue.
+	maxLazy = 256
+)
+
+// offerLazy queues an ephemeral frame to go out with the connection's next
+// write, or within receiptDelay when there is none. It says whether the
+// frame was queued.
+func (c *conn) offerLazy(b []byte) bool {
+	select {
+	case <-c.closing:
+		return false
+	default:
+	}
+	c.lazyMu.Lock()
+	defer c.lazyMu.Unlock()
+	if len(c.lazy) >= maxLazy {
+		return false
+	}
+	c.lazy = append(c.lazy, b)
+	if len(c.lazy) == 1 {
+		if c.lazyTimer == nil {
+			c.lazyTimer = time.AfterFunc(receiptDelay, func() {
+				select {
+				case c.lazyWake <- struct{}{}:
+				default:
+				}
+			})
+		} else {
+			c.lazyTimer.Reset(receiptDelay)
+		}
+	}
+	return true
+}
+
+// takeLazy returns the frames offerLazy holds and empties it.
+func (c *conn) takeLazy() [][]byte {
+	c.lazyMu.Lock()
+	defer c.lazyMu.Unlock()
+	if len(c.lazy) == 0 {
+		return nil
+	}
+	b := c.lazy
+	c.lazy = nil
+	c.lazyTimer.Stop()
+	return b
+}
+
 // deliver writes a pushed event unless the connection already got a later
 // (or the same) seq of the session: what a device receives is strictly
 // increasing per session; anything it misses it finds by sync. now is
@@ -541,6 +602,12 @@ func (c *conn) writeLoop() {
 				_ = c.ws.CloseNow()
 				return
 			}
+		case <-c.lazyWake:
+			if err := c.writeBatch(nil); err != nil {
+				c.closeWith(websocket.StatusInternalError, "", "error")
+				_ = c.ws.CloseNow()
+				return
+			}
 		case <-c.closing:
 			if c.code != closeSlowConsumer {
 				c.flush()
@@ -586,10 +653,20 @@ const maxBatchBytes = 64 << 10
 // writeBatch writes b and whatever else is queued with one write(2).
 func (c *conn) writeBatch(b []byte) error {
 	if c.nc == nil { // the hijacked socket is not ours to hold
-		return c.write(b)
+		if b != nil {
+			if err := c.write(b); err != nil {
+				return err
+			}
+		}
+		for _, f := range c.takeLazy() {
+			if err := c.write(f); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	c.nc.Hold()
-	for {
+	for b != nil {
 		// Held writes only fill memory, so they need no deadline; the
 		// release's write has one.
 		if err := c.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
@@ -601,10 +678,16 @@ func (c *conn) writeBatch(b []byte) error {
 		}
 		select {
 		case b = <-c.out:
-			continue
 		default:
+			b = nil
 		}
-		break
+	}
+	// The receipts waiting for a write go out with this one.
+	for _, f := range c.takeLazy() {
+		if err := c.ws.Write(context.Background(), websocket.MessageText, f); err != nil {
+			_ = c.nc.Release(time.Time{})
+			return err
+		}
 	}
 	return c.nc.Release(time.Now().Add(c.api.cfg.WriteTimeout))
 }

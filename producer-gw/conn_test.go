@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,6 +134,109 @@ func TestWriteBatchFramesWholeInOrder(t *testing.T) {
 			close(stop)
 			if err := <-done; err != nil {
 				t.Fatalf("writeBatch: %v", err)
+			}
+		})
+	}
+}
+
+// countWrites is an in-process wrapper of the server's socket, for this
+// unit test only: it counts the write(2)s the connection makes.
+type countWrites struct {
+	net.Conn
+	n atomic.Int64
+}
+
+func (c *countWrites) Write(p []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestReceiptsRideWithTheNextWrite: a receipt frame offered to a
+// connection waits for the connection's next write and goes out in it,
+// after the frames of that write; with nothing else to write it goes out
+// alone once receiptDelay has passed.
+func TestReceiptsRideWithTheNextWrite(t *testing.T) {
+	type step struct {
+		lazy  []string // offered with offerLazy
+		frame string   // then queued with enqueue ("" = none)
+	}
+	cases := []struct {
+		name       string
+		steps      []step
+		want       []string // frames the client reads, in order
+		wantWrites int64
+	}{
+		{"a receipt goes out with the next event", []step{{lazy: []string{"r1"}, frame: "e1"}}, []string{"e1", "r1"}, 1},
+		{"receipts in order, with the next event", []step{{lazy: []string{"r1", "r2", "r3"}, frame: "e1"}}, []string{"e1", "r1", "r2", "r3"}, 1},
+		{"a receipt alone goes out by itself", []step{{lazy: []string{"r1"}}}, []string{"r1"}, 1},
+		{"each write takes what waits", []step{{lazy: []string{"r1"}, frame: "e1"}, {lazy: []string{"r2"}, frame: "e2"}}, []string{"e1", "r1", "e2", "r2"}, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			type server struct {
+				c  *conn
+				cw *countWrites
+			}
+			ready := make(chan server, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hj := &coalescingHijacker{ResponseWriter: w}
+				ws, err := websocket.Accept(hj, r, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				cw := &countWrites{Conn: hj.nc.Conn}
+				hj.nc.Conn = cw
+				c := &conn{api: &api{cfg: Config{WriteTimeout: 10 * time.Second, Heartbeat: time.Hour, IdleTimeout: time.Hour}},
+					ws: ws, nc: hj.nc, out: make(chan []byte, 16), closing: make(chan struct{}), lazyWake: make(chan struct{}, 1)}
+				c.touch()
+				go func() {
+					for {
+						if _, _, err := ws.Read(context.Background()); err != nil {
+							return
+						}
+					}
+				}()
+				ready <- server{c, cw}
+				c.writeLoop()
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ws.CloseNow()
+			s := <-ready
+			defer close(s.c.closing)
+			var got []string
+			for _, st := range tc.steps {
+				// The write loop is idle: nothing is queued until the
+				// step's frames are.
+				for _, l := range st.lazy {
+					if !s.c.offerLazy([]byte(l)) {
+						t.Fatalf("offerLazy(%s) refused", l)
+					}
+				}
+				n := len(st.lazy)
+				if st.frame != "" {
+					s.c.enqueue([]byte(st.frame))
+					n++
+				}
+				for range n {
+					_, b, err := ws.Read(ctx)
+					if err != nil {
+						t.Fatalf("read after %q: %v", got, err)
+					}
+					got = append(got, string(b))
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("frames %q, want %q", got, tc.want)
+			}
+			if n := s.cw.n.Load(); n != tc.wantWrites {
+				t.Fatalf("%d writes, want %d", n, tc.wantWrites)
 			}
 		})
 	}

@@ -157,6 +157,9 @@ func (d *downlink) onEphemeral(e *imv1.Ephemeral, recipients []*imv1.Recipient) 
 		d.m.pushItems.WithLabelValues("dropped_unknown_ephemeral").Inc()
 		return
 	}
+	// Receipts ride along with the connection's next frames (conn.offerLazy);
+	// a typing indicator goes out at once.
+	_, typing := e.Signal.(*imv1.Ephemeral_Typing)
 	for _, r := range recipients {
 		c := d.conns.conn(r.ConnId)
 		switch {
@@ -169,12 +172,21 @@ func (d *downlink) onEphemeral(e *imv1.Ephemeral, recipients []*imv1.Recipient) 
 				c.ownRead(e.SessionId, rd.Seq)
 				d.m.pushItems.WithLabelValues("own_read").Inc()
 			}
-		case !c.offer(frame):
+		case !d.offerSignal(c, frame, typing):
 			d.m.pushItems.WithLabelValues("dropped_ephemeral_full").Inc()
 		default:
 			d.m.pushItems.WithLabelValues("ephemeral").Inc()
 		}
 	}
+}
+
+// offerSignal queues a signal's frame on c: a typing indicator at once, a
+// receipt with the connection's next write.
+func (d *downlink) offerSignal(c *conn, frame []byte, typing bool) bool {
+	if typing {
+		return c.offer(frame)
+	}
+	return c.offerLazy(frame)
 }
 
 // onEvent delivers one event; with tracing on, its delivery span is a
