@@ -46,10 +46,11 @@ const (
 	readFlush = 500 * time.Millisecond
 )
 
-// memberLister lists a session's current members (the message store). It
-// blocks on PostgreSQL; ctx bounds it.
+// memberLister lists the current members of a session, or of several in
+// one query (the message store). It blocks on PostgreSQL; ctx bounds it.
 type memberLister interface {
 	Members(ctx context.Context, sessionID string) ([]string, error)
+	MembersOf(ctx context.Context, sessionIDs []string) (map[string][]string, error)
 }
 
 // presenceReader finds users' connections (presence in Redis). It blocks
@@ -186,6 +187,13 @@ func (t *signals) flushCursors(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
+	shown := map[string]bool{}
+	for k, v := range cursors {
+		if v.shown {
+			shown[k.session] = true
+		}
+	}
+	t.loadLists(ctx, shown)
 	out := make([]outgoing, 0, len(cursors))
 	for k, v := range cursors {
 		e := &imv1.Ephemeral{SessionId: k.session, SenderUserId: k.user}
@@ -319,6 +327,35 @@ func (t *signals) memberList(ctx context.Context, session string) ([]string, err
 	t.lists[session] = memberList{users: users, at: t.now()}
 	t.mu.Unlock()
 	return users, nil
+}
+
+// loadLists reads the member lists of those of sessions not cached, in
+// one query, into the cache: a flush then costs one query however many
+// sessions were read. A failure leaves them to memberList, which asks
+// again and drops what it cannot address.
+func (t *signals) loadLists(ctx context.Context, sessions map[string]bool) {
+	now := t.now()
+	var missing []string
+	t.mu.Lock()
+	for s := range sessions {
+		if l, ok := t.lists[s]; !ok || now.Sub(l.at) >= memberListTTL {
+			missing = append(missing, s)
+		}
+	}
+	t.mu.Unlock()
+	if len(missing) < 2 {
+		return // memberList's own query is as cheap
+	}
+	lists, err := t.list.MembersOf(ctx, missing)
+	if err != nil {
+		t.log.Warn("signals: list members", "sessions", len(missing), "err", err)
+		return
+	}
+	t.mu.Lock()
+	for _, s := range missing {
+		t.lists[s] = memberList{users: lists[s], at: now}
+	}
+	t.mu.Unlock()
 }
 
 func (t *signals) sweep() {

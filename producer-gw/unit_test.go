@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seqflow/seqflow/internal/auth"
+	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -350,5 +352,96 @@ func TestReceiptBatchAddsWhileFlushing(t *testing.T) {
 	case s := <-store.entered:
 		t.Fatalf("an add after stop flushed %q", s)
 	default:
+	}
+}
+
+// fakeLists, fakePresence and fakeSend are in-process stand-ins for the
+// message store, presence in Redis and the push transport, for the unit
+// test of the cursor flush only; TestSeen and TestTyping run it on the
+// real stack.
+type fakeLists struct {
+	members      map[string][]string
+	one, batches int
+}
+
+func (f *fakeLists) Members(_ context.Context, s string) ([]string, error) {
+	f.one++
+	return f.members[s], nil
+}
+
+func (f *fakeLists) MembersOf(_ context.Context, ss []string) (map[string][]string, error) {
+	f.batches++
+	out := map[string][]string{}
+	for _, s := range ss {
+		if m, ok := f.members[s]; ok {
+			out[s] = m
+		}
+	}
+	return out, nil
+}
+
+type fakePresence struct{}
+
+func (fakePresence) Lookup(_ context.Context, users []string) (map[string][]presence.Conn, error) {
+	out := map[string][]presence.Conn{}
+	for _, u := range users {
+		out[u] = []presence.Conn{{UserID: u, DeviceID: "d", ConnID: "c-" + u, GatewayID: "gw"}}
+	}
+	return out, nil
+}
+
+type fakeSend struct{ batches []*imv1.PushBatch }
+
+func (f *fakeSend) Send(_ context.Context, b *imv1.PushBatch) error {
+	f.batches = append(f.batches, b)
+	return nil
+}
+func (f *fakeSend) Close() error { return nil }
+
+// A flush reads the member lists of all the sessions whose cursors it
+// carries in one query, and addresses each cursor to the other members.
+func TestCursorFlushListsMembersOnce(t *testing.T) {
+	now := time.Unix(1000, 0)
+	lists := &fakeLists{members: map[string][]string{}}
+	for i := range 20 {
+		s := fmt.Sprintf("s%d", i)
+		lists.members[s] = []string{"a" + s, "b" + s}
+	}
+	send := &fakeSend{}
+	sg := newSignals("gw", nil, lists, fakePresence{}, send, slog.New(slog.DiscardHandler), newMetrics(prometheus.NewRegistry()), func() time.Time { return now })
+	for s := range lists.members {
+		sg.cursor("a"+s, s, wire.ReceiptRead, 5, true)
+		sg.cursor("b"+s, s, wire.ReceiptDelivered, 7, true)
+	}
+	sg.flushCursors(t.Context())
+	if lists.batches != 1 || lists.one != 0 {
+		t.Fatalf("one flush of 20 sessions: %d batch and %d single queries, want 1 and 0", lists.batches, lists.one)
+	}
+	got := map[string]int64{} // "to user: signal from" → seq
+	for _, b := range send.batches {
+		for _, it := range b.Items {
+			e := it.GetEphemeral()
+			for _, r := range it.Recipients {
+				got[r.UserId+": "+signalName(e)+" of "+e.SenderUserId] = e.GetRead().GetSeq() + e.GetDelivered().GetSeq()
+			}
+		}
+	}
+	for s := range lists.members {
+		// a's read goes to b and to a's own devices; b's delivery to a.
+		for k, want := range map[string]int64{"b" + s + ": read of a" + s: 5, "a" + s + ": read of a" + s: 5, "a" + s + ": delivered of b" + s: 7} {
+			if got[k] != want {
+				t.Errorf("%s: seq %d, want %d", k, got[k], want)
+			}
+		}
+	}
+	if len(got) != 60 {
+		t.Errorf("%d deliveries, want 60: %v", len(got), got)
+	}
+	// Within memberListTTL the lists are reused.
+	sg.cursor("as1", "s1", wire.ReceiptRead, 6, true)
+	sg.cursor("as2", "s2", wire.ReceiptRead, 6, true)
+	sg.flushCursors(t.Context())
+	if lists.batches != 1 || lists.one != 0 {
+		t.Fatalf("a second flush within the TTL queried: %d batch and %d single queries", lists.batches, lists.one)
 	}
 }

@@ -38,7 +38,8 @@ fi
 
 keys=(e2e_max_msgs_per_s e2e_ack_p50_ms e2e_ack_p99_ms e2e_deliver_p50_ms e2e_deliver_p99_ms e2e_deliver_p999_ms
   e2e_paced_machine_busy_pct e2e_paced_cpu_ms_per_1k_kafka e2e_paced_cpu_ms_per_1k_gateway
-  e2e_paced_cpu_ms_per_1k_loadgen e2e_paced_cpu_ms_per_1k_persister e2e_paced_cpu_ms_per_1k_postgres)
+  e2e_paced_cpu_ms_per_1k_loadgen e2e_paced_cpu_ms_per_1k_persister e2e_paced_cpu_ms_per_1k_postgres
+  e2e_paced_cpu_ms_per_1k_sequencer e2e_paced_cpu_ms_per_1k_pusher e2e_paced_cpu_ms_per_1k_redis e2e_paced_cpu_ms_per_1k_total)
 declare -A vals=()
 [ "$base" = tree ] && base=HEAD
 echo "base $(git -C "$root" rev-parse --short "$base") ${AB_BASE_ENV:-} vs working tree ${AB_NEW_ENV:-} ($(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' + changes')), $runs runs each, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -131,6 +131,27 @@ func (s *Store) Members(ctx context.Context, sessionID string) ([]string, error)
 	return out, nil
 }
 
+// MembersOf lists the current members of each of sessionIDs in one query,
+// as Members does for one: a session without current members (or unknown)
+// has no entry.
+func (s *Store) MembersOf(ctx context.Context, sessionIDs []string) (map[string][]string, error) {
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(
+		`SELECT session_id, user_id FROM %s.session_members WHERE session_id = ANY($1) AND left_seq IS NULL ORDER BY session_id, user_id`, s.q()), sessionIDs)
+	if err != nil {
+		return nil, fmt.Errorf("query members of %d sessions: %w", len(sessionIDs), err)
+	}
+	out := make(map[string][]string, len(sessionIDs))
+	var session, user string
+	_, err = pgx.ForEachRow(rows, []any{&session, &user}, func() error {
+		out[session] = append(out[session], user)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read members of %d sessions: %w", len(sessionIDs), err)
+	}
+	return out, nil
+}
+
 // Standing is a user's place in a session, as far as the store has read
 // the log.
 type Standing uint8

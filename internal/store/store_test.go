@@ -67,6 +67,10 @@ func TestWriteProjectsSessionState(t *testing.T) {
 	members, err := st.Members(ctx, s)
 	requireNoErr(t, err)
 	require(t, slices.Equal(members, []string{"alice", "bob", "dave"}), true, "members "+join(members))
+	lists, err := st.MembersOf(ctx, []string{s, "no-such-session"})
+	requireNoErr(t, err)
+	require(t, len(lists), 1, "sessions with members")
+	require(t, slices.Equal(lists[s], members), true, "MembersOf "+join(lists[s]))
 	for _, c := range []struct {
 		user     string
 		want     bool
