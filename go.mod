@@ -219,3 +219,5 @@ tool (
 	github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto
 	google.golang.org/protobuf/cmd/protoc-gen-go
 )
+
+replace github.com/twmb/franz-go => ./third_party/franz-go
