@@ -77,7 +77,7 @@ type Config struct {
 	// 2000.
 	FixedRate int
 	// IdleConns: SEQBENCH_IDLE_CONNS, idle WebSocket connections opened
-	// to one gateway, default 20000.
+	// to one gateway, default 19000 (this sandbox allows 20,000 descriptors).
 	IdleConns int
 	// FanoutMembers: SEQBENCH_FANOUT_MEMBERS, the group sizes measured one
 	// after the other (comma-separated), default 10000,100000; keys are
@@ -153,7 +153,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		E2EInFlight:        e.Int("SEQBENCH_E2E_IN_FLIGHT", 32, 1, 64),
 		DeliveredInterval:  e.Duration("SEQBENCH_DELIVERED_INTERVAL", 0, 0, time.Minute),
 		FixedRate:          e.Int("SEQBENCH_FIXED_RATE", 2000, 1, 1_000_000),
-		IdleConns:          e.Int("SEQBENCH_IDLE_CONNS", 20_000, 1, 200_000),
+		IdleConns:          e.Int("SEQBENCH_IDLE_CONNS", 19_000, 1, 200_000),
 		FanoutMembers:      fanoutSizes(e.List("SEQBENCH_FANOUT_MEMBERS", []string{"10000", "100000"})),
 		FanoutOnline:       e.Int("SEQBENCH_FANOUT_ONLINE", 1_000, 1, 20_000),
 		FanoutMessages:     e.Int("SEQBENCH_FANOUT_MESSAGES", 20, 1, 10_000),

@@ -71,15 +71,18 @@ func ratioAtLeast(floor float64, others map[string]float64) func(float64, map[st
 
 // Targets are the issue's targets, in the order of the doc's table.
 var Targets = []Target{
-	{"e2e_max_msgs_per_s", "≥ 10,000 msg/s, 0 lost", func(v float64, all map[string]float64) (bool, bool) {
+	// The e2e targets are issue 24's (issue 9's were 10,000 msg/s and a
+	// deliver p999 of 100 ms).
+	{"e2e_max_msgs_per_s", "≥ 15,000 msg/s, 0 lost", func(v float64, all map[string]float64) (bool, bool) {
 		lost, ok := all["e2e_max_lost"]
-		return v >= 10_000 && lost == 0, ok
+		return v >= 15_000 && lost == 0, ok
 	}},
 	{"e2e_ack_p50_ms", "(at 2,000 msg/s)", nil},
 	{"e2e_ack_p99_ms", "≤ 30 ms at 2,000 msg/s", atMost(30)},
 	{"e2e_deliver_p50_ms", "(at 2,000 msg/s)", nil},
 	{"e2e_deliver_p99_ms", "≤ 30 ms at 2,000 msg/s", atMost(30)},
-	{"e2e_deliver_p999_ms", "≤ 100 ms at 2,000 msg/s", atMost(100)},
+	{"e2e_deliver_p999_ms", "≤ 60 ms at 2,000 msg/s", atMost(60)},
+	{"e2e_paced_cpu_ms_per_1k_total", "(at 2,000 msg/s, all processes)", nil},
 	{"sequencer_msgs_per_s", "≥ 50,000 and ≥ 0.3 × Kafka ceiling", ratioAtLeast(50_000, map[string]float64{"kafka_ceiling_msgs_per_s": 0.3})},
 	{"kafka_ceiling_msgs_per_s", "(ceiling)", nil},
 	{"persister_rows_per_s", "≥ 50,000 and ≥ 0.5 × COPY ceiling", ratioAtLeast(50_000, map[string]float64{"copy_ceiling_rows_per_s": 0.5})},
@@ -87,7 +90,9 @@ var Targets = []Target{
 	{"alloc_segment_per_s", "≥ 100 × PG UPDATE and ≥ 10 × Redis INCR", ratioAtLeast(0, map[string]float64{"alloc_pg_update_per_s": 100, "alloc_redis_incr_per_s": 10})},
 	{"alloc_pg_update_per_s", "(alternative)", nil},
 	{"alloc_redis_incr_per_s", "(alternative)", nil},
-	{"idle_conns", "≥ 20,000", atLeast(20_000)},
+	// 19,000: this sandbox's NOFILE hard limit is 20,000 descriptors for
+	// the gateway's connections and everything else (issue 24).
+	{"idle_conns", "≥ 19,000", atLeast(19_000)},
 	{"gateway_rss_bytes_per_conn", "≤ 50 KiB (51,200 B)", atMost(50 << 10)},
 	{"fanout_10k_deliver_p99_ms", "≤ 100 ms", atMost(100)},
 	// Issue 25's: one message to a 100,000-member group, 1,000 online.

@@ -87,6 +87,8 @@ func TestVerdict(t *testing.T) {
 		{"alloc redis too close", "alloc_segment_per_s", map[string]float64{"alloc_segment_per_s": 2e6, "alloc_pg_update_per_s": 3e3, "alloc_redis_incr_per_s": 3e5}, "no"},
 		{"e2e rate with loss", "e2e_max_msgs_per_s", map[string]float64{"e2e_max_msgs_per_s": 20_000, "e2e_max_lost": 1}, "no"},
 		{"e2e rate without loss", "e2e_max_msgs_per_s", map[string]float64{"e2e_max_msgs_per_s": 20_000, "e2e_max_lost": 0}, "yes"},
+		{"e2e rate below issue 24's", "e2e_max_msgs_per_s", map[string]float64{"e2e_max_msgs_per_s": 14_000, "e2e_max_lost": 0}, "no"},
+		{"deliver p999 over 60 ms", "e2e_deliver_p999_ms", map[string]float64{"e2e_deliver_p999_ms": 61}, "no"},
 		{"rss per conn over", "gateway_rss_bytes_per_conn", map[string]float64{"gateway_rss_bytes_per_conn": 51_201}, "no"},
 		{"no goal", "kafka_ceiling_msgs_per_s", map[string]float64{"kafka_ceiling_msgs_per_s": 1}, "—"},
 		{"missing", "fanout_10k_deliver_p99_ms", map[string]float64{}, "not measured"},
@@ -147,7 +149,7 @@ func TestLoadConfig(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.IdleConns != 20_000 || c.FixedRate != 2000 || len(c.Phases) != len(Phases) || len(c.ServiceEnv) != 0 || c.DeliveredInterval != 0 {
+				if c.IdleConns != 19_000 || c.FixedRate != 2000 || len(c.Phases) != len(Phases) || len(c.ServiceEnv) != 0 || c.DeliveredInterval != 0 {
 					t.Fatalf("defaults not applied: %+v", c)
 				}
 				return

@@ -8,7 +8,9 @@
 #
 # Both sides run the working tree's seqbench (the same load and the same
 # measurements); only the services it builds and starts differ: the base's
-# come from a worktree of BASE_REV. BASE_REV "tree" runs the working tree
+# come from a worktree of BASE_REV. AB_OWN_BENCH=1 runs the base's own
+# seqbench on its side instead (its load generator and SDK too: "the bench
+# of then against the bench of now"; keys it did not have are nan). BASE_REV "tree" runs the working tree
 # on both sides, for settings: AB_BASE_ENV and AB_NEW_ENV (space-separated
 # NAME=value) are added to the environment of each side's runs (seqbench
 # hands its environment to the services it starts). RUNS defaults to 3.
@@ -35,6 +37,11 @@ else
   basedir=$work/base
 fi
 (cd "$root" && go build -o "$work/seqbench" ./cmd/seqbench)
+basebench=$work/seqbench
+if [ "${AB_OWN_BENCH:-}" = 1 ] && [ "$basedir" != "$root" ]; then
+  (cd "$basedir" && go build -o "$work/seqbench-base" ./cmd/seqbench)
+  basebench=$work/seqbench-base
+fi
 
 keys=(e2e_max_msgs_per_s e2e_ack_p50_ms e2e_ack_p99_ms e2e_deliver_p50_ms e2e_deliver_p99_ms e2e_deliver_p999_ms
   e2e_paced_machine_busy_pct e2e_paced_cpu_ms_per_1k_kafka e2e_paced_cpu_ms_per_1k_gateway
@@ -45,12 +52,12 @@ declare -A vals=()
 echo "base $(git -C "$root" rev-parse --short "$base") ${AB_BASE_ENV:-} vs working tree ${AB_NEW_ENV:-} ($(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' + changes')), $runs runs each, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq "$runs"); do
   for side in base new; do
-    dir=$root env=${AB_NEW_ENV:-}
-    [ "$side" = base ] && dir=$basedir env=${AB_BASE_ENV:-}
+    dir=$root env=${AB_NEW_ENV:-} bench=$work/seqbench
+    [ "$side" = base ] && dir=$basedir env=${AB_BASE_ENV:-} bench=$basebench
     json=$work/$side-$i.json
     # shellcheck disable=SC2086 # NAME=value words
     (cd "$dir" && env $env SEQBENCH_PHASES=e2e SEQBENCH_DOC= SEQBENCH_ROOT="$dir" SEQBENCH_JSON="$json" \
-      timeout 600 "$work/seqbench" >"$work/$side-$i.log" 2>&1) || { echo "run $i $side failed:"; tail -5 "$work/$side-$i.log"; exit 1; }
+      timeout 600 "$bench" >"$work/$side-$i.log" 2>&1) || { echo "run $i $side failed:"; tail -5 "$work/$side-$i.log"; exit 1; }
     ab_record "$side" "$json" "  run $i $side:"
     # the paced runs' counters (sequencer transactions, receipts, ...) from seqbench's log
     python3 -c 'import json, sys

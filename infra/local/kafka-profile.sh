@@ -55,6 +55,26 @@ counts() { # -> "request count" lines
     --attributes Count --report-format properties 2>/dev/null |
     sed -nE 's/.*request=([A-Za-z]+),version=[0-9]+:Count=([0-9]+).*/\1 \2/p'
 }
+errs() { # -> "request/error count" lines, error NONE left out
+  java -cp "$root/.data/kafka/libs/*" org.apache.kafka.tools.JmxTool --jmx-url "$jmx" --one-time true \
+    --object-name 'kafka.network:type=RequestMetrics,name=ErrorsPerSec,request=*,error=*' \
+    --attributes Count --report-format properties 2>/dev/null |
+    python3 -c 'import re, sys
+for l in sys.stdin:
+    r, e, c = (re.search(x, l) for x in (r"request=([A-Za-z]+)", r"error=([A-Z_]+)", r":Count=([0-9]+)"))
+    if r and e and c and e[1] != "NONE":
+        print(r[1] + "/" + e[1], c[1])'
+}
+verification() { # -> the broker's produce verification with the transaction coordinator (KIP-890): "name.attribute value" lines
+  java -cp "$root/.data/kafka/libs/*" org.apache.kafka.tools.JmxTool --jmx-url "$jmx" --one-time true \
+    --object-name 'kafka.server:type=AddPartitionsToTxnManager,name=*' \
+    --report-format properties 2>/dev/null |
+    python3 -c 'import re, sys
+for l in sys.stdin:
+    n, a = re.search(r"name=([A-Za-z]+)", l), re.search(r":(Count|Mean|50thPercentile|99thPercentile|Max)=([0-9.E-]+)", l)
+    if n and a:
+        print(n[1] + "." + a[1], a[2])'
+}
 cat >"$work/p.jfc" <<'EOF'
 <?xml version="1.0" encoding="UTF-8"?>
 <configuration version="2.0">
@@ -72,11 +92,15 @@ ticks() { # -> "tid utime+stime" lines of the broker's threads
   done
 }
 counts >"$work/before"
+errs >"$work/errs-before"
+verification >"$work/verif-before"
 ticks >"$work/ticks-before"
 [[ $jfr_on == 0 ]] || jcmd "$pid" JFR.start name=seqflow-profile settings="$work/p.jfc" filename="$work/k.jfr" duration="${secs}s" >/dev/null
 sleep "$secs"
 ticks >"$work/ticks-after"
 counts >"$work/after"
+errs >"$work/errs-after"
+verification >"$work/verif-after"
 jcmd "$pid" Thread.print 2>/dev/null | sed -nE 's/^"([^"]+)".* nid=([0-9a-fx]+) .*/\2 \1/p' >"$work/names"
 if [[ $jfr_on != 0 ]]; then
   for _ in 1 2 3 4 5 6 7 8 9 10; do [[ -s $work/k.jfr ]] && break; sleep 1; done
@@ -99,6 +123,20 @@ for k, v in sorted(rates.items(), key=lambda x: -x[1]):
     if v >= 0.5:
         print(f"  {k:28s} {v:9.1f}")
 print(f"  {'total':28s} {sum(rates.values()):9.1f}")
+eb, ea = load(work + "/errs-before"), load(work + "/errs-after")
+errs = {k: (ea[k] - eb[k]) / secs for k in ea if ea[k] > eb.get(k, 0)}
+print(f"errors per second over {secs:.0f} s (RequestMetrics ErrorsPerSec, by request/error; NONE left out):" + ("" if errs else " none"))
+for k, v in sorted(errs.items(), key=lambda x: -x[1]):
+    print(f"  {k:50s} {v:9.2f}")
+def props(f):
+    return {k: float(v) for k, v in (l.split() for l in open(f))}
+vb, va = props(work + "/verif-before"), props(work + "/verif-after")
+if va:
+    n = va.get("VerificationTimeMs.Count", 0) - vb.get("VerificationTimeMs.Count", 0)
+    fails = va.get("VerificationFailureRate.Count", 0) - vb.get("VerificationFailureRate.Count", 0)
+    print(f"produce verifications with the transaction coordinator (AddPartitionsToTxnManager): {n / secs:.1f}/s, failed {fails / secs:.2f}/s;"
+          f" time since the broker started: p50 {va.get('VerificationTimeMs.50thPercentile', 0):.1f} ms,"
+          f" p99 {va.get('VerificationTimeMs.99thPercentile', 0):.1f} ms, max {va.get('VerificationTimeMs.Max', 0):.1f} ms")
 names = {}
 for line in open(work + "/names"):
     nid, name = line.rstrip("\n").split(" ", 1)
