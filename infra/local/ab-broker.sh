@@ -25,7 +25,7 @@ rounds=${3:-2} runs=${4:-2}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 (cd "$root" && go build -o "$work/seqbench" ./cmd/seqbench)
-keys=(e2e_ack_p50_ms e2e_ack_p99_ms e2e_deliver_p99_ms e2e_deliver_p999_ms e2e_paced_machine_busy_pct
+keys=(e2e_ack_p50_ms e2e_ack_p99_ms e2e_deliver_p99_ms e2e_deliver_p999_ms e2e_paced_machine_busy_pct e2e_stage_seq_produce_p99_ms
   e2e_paced_cpu_ms_per_1k_kafka e2e_paced_cpu_ms_per_1k_gateway)
 declare -A vals=()
 echo "A: $a vs B: $b, $rounds rounds of $runs runs each, load $(cut -d' ' -f1-3 /proc/loadavg)"
