@@ -53,7 +53,7 @@ type conn struct {
 	// parameter, else "".
 	platform string
 
-	out      chan []byte
+	out      chan outFrame
 	closing  chan struct{}
 	once     sync.Once
 	code     websocket.StatusCode
@@ -141,7 +141,7 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(-1) // readLoop bounds frames (hardFrameFactor)
 	c := &conn{api: a, ws: ws, nc: hj.nc, id: "c-" + uuid.Must(uuid.NewV7()).String(), p: p, platform: platform,
-		out: make(chan []byte, a.cfg.ConnQueue), closing: make(chan struct{}), lazyWake: make(chan struct{}, 1),
+		out: make(chan outFrame, a.cfg.ConnQueue), closing: make(chan struct{}), lazyWake: make(chan struct{}, 1),
 		inflight: make(chan struct{}, a.cfg.MaxInFlight), lastSeq: map[string]int64{}}
 	c.rc = a.receipts.batch(p)
 	c.touch()
@@ -391,13 +391,18 @@ func (c *conn) enqueueJSON(v any) {
 // connection: the client reconnects and syncs, which is cheaper for
 // everyone than a gateway holding unbounded frames for a stalled reader.
 func (c *conn) enqueue(b []byte) bool {
+	return c.enqueueFrame(outFrame{b: b})
+}
+
+// enqueueFrame is enqueue of a frame that may be lazy.
+func (c *conn) enqueueFrame(f outFrame) bool {
 	select {
 	case <-c.closing:
 		return false
 	default:
 	}
 	select {
-	case c.out <- b:
+	case c.out <- f:
 		return true
 	default:
 		c.closeWith(closeSlowConsumer, "slow_consumer: reconnect and sync", "slow_consumer")
@@ -412,17 +417,33 @@ func (c *conn) offer(b []byte) bool {
 	select {
 	case <-c.closing:
 		return false
-	case c.out <- b:
+	case c.out <- outFrame{b: b}:
 		return true
 	default:
 		return false
 	}
 }
 
+// outFrame is a queued frame. A lazy one is not a reason to write on its
+// own: writeLoop holds it, in its place in the queue, until the next
+// frame that is, or echoDelay. Lazy is the sending connection's own copy
+// of its message, which its ACK already answered (conn.deliver).
+type outFrame struct {
+	b    []byte
+	lazy bool
+}
+
 const (
 	// receiptDelay bounds how long a receipt frame waits for another
 	// frame to share its write with (docs/protocol.md, "Receipts").
 	receiptDelay = 100 * time.Millisecond
+	// echoDelay bounds how long the sending connection's copy of its own
+	// message waits for another frame to share its write with
+	// (docs/protocol.md, "Sending").
+	echoDelay = 100 * time.Millisecond
+	// maxHeld bounds the lazy frames writeLoop holds; one more is written
+	// with them at once.
+	maxHeld = 64
 	// maxLazy bounds the receipt frames waiting on one connection; past
 	// it they are dropped, like any ephemeral frame of a full queue.
 	maxLazy = 256
@@ -475,7 +496,9 @@ func (c *conn) takeLazy() [][]byte {
 // (or the same) seq of the session: what a device receives is strictly
 // increasing per session; anything it misses it finds by sync. now is
 // when the event arrived (one clock read per event, not per recipient).
-func (c *conn) deliver(now time.Time, session string, seq int64, frame []byte, note func() unreadNote) string {
+// echo says the event is a message this connection's device sent: its
+// ACK carried the seq already, so the frame is lazy (outFrame).
+func (c *conn) deliver(now time.Time, session string, seq int64, frame []byte, echo bool, note func() unreadNote) string {
 	c.mu.Lock()
 	if seq <= c.lastSeq[session] {
 		c.mu.Unlock()
@@ -485,7 +508,7 @@ func (c *conn) deliver(now time.Time, session string, seq int64, frame []byte, n
 	c.recent.add(now, pendingNote{session: session, note: note()})
 	if c.unread == nil {
 		c.mu.Unlock()
-		if !c.enqueue(frame) {
+		if !c.enqueueFrame(outFrame{b: frame, lazy: echo}) {
 			return "dropped_closed"
 		}
 		return "delivered"
@@ -496,7 +519,7 @@ func (c *conn) deliver(now time.Time, session string, seq int64, frame []byte, n
 	if attach, unread, total := c.unread.event(session, note()); attach {
 		frame = wire.AppendUnread(make([]byte, 0, len(frame)+48), frame, unread, total)
 	}
-	if !c.enqueue(frame) {
+	if !c.enqueueFrame(outFrame{b: frame, lazy: echo}) {
 		return "dropped_closed"
 	}
 	return "delivered"
@@ -581,7 +604,9 @@ func (c *conn) enqueueUnread(session string, readSeq, unread, total int64) {
 // writeLoop writes queued frames, pings every Heartbeat and closes the
 // connection when nothing arrived for IdleTimeout or when its token
 // expires. Each wake-up drains what is queued (up to maxBatchBytes) into
-// one write(2): frames go out whole and in queue order.
+// one write(2): frames go out whole and in queue order. Lazy frames wait
+// in held, in their place in that order, for the next frame that is not
+// lazy, for a receipt's wake-up or for echoDelay.
 func (c *conn) writeLoop() {
 	var pings sync.WaitGroup
 	defer pings.Wait()
@@ -594,22 +619,58 @@ func (c *conn) writeLoop() {
 		defer et.Stop()
 		expiry = et.C
 	}
+	var (
+		held      [][]byte
+		heldTimer *time.Timer
+		heldDue   <-chan time.Time // heldTimer's channel while held waits
+	)
+	defer func() {
+		if heldTimer != nil {
+			heldTimer.Stop()
+		}
+	}()
+	write := func(b []byte) bool {
+		err := c.writeBatch(held, b)
+		if heldDue != nil {
+			heldTimer.Stop()
+		}
+		clear(held)
+		held, heldDue = held[:0], nil
+		if err != nil {
+			c.closeWith(websocket.StatusInternalError, "", "error")
+			_ = c.ws.CloseNow()
+			return false
+		}
+		return true
+	}
 	for {
 		select {
-		case b := <-c.out:
-			if err := c.writeBatch(b); err != nil {
-				c.closeWith(websocket.StatusInternalError, "", "error")
-				_ = c.ws.CloseNow()
+		case f := <-c.out:
+			if f.lazy && len(held) < maxHeld {
+				if len(held) == 0 {
+					if heldTimer == nil {
+						heldTimer = time.NewTimer(echoDelay)
+					} else {
+						heldTimer.Reset(echoDelay)
+					}
+					heldDue = heldTimer.C
+				}
+				held = append(held, f.b)
+				continue
+			}
+			if !write(f.b) {
+				return
+			}
+		case <-heldDue:
+			if !write(nil) {
 				return
 			}
 		case <-c.lazyWake:
-			if err := c.writeBatch(nil); err != nil {
-				c.closeWith(websocket.StatusInternalError, "", "error")
-				_ = c.ws.CloseNow()
+			if !write(nil) {
 				return
 			}
 		case <-c.closing:
-			if c.code != closeSlowConsumer {
+			if c.code != closeSlowConsumer && c.writeBatch(held, nil) == nil {
 				c.flush()
 			}
 			if err := c.ws.Close(c.code, c.reason); err != nil {
@@ -650,9 +711,15 @@ func (c *conn) ping() {
 // rest of the queue in the next one.
 const maxBatchBytes = 64 << 10
 
-// writeBatch writes b and whatever else is queued with one write(2).
-func (c *conn) writeBatch(b []byte) error {
+// writeBatch writes held, then b (nil: none), then whatever else is
+// queued, with one write(2).
+func (c *conn) writeBatch(held [][]byte, b []byte) error {
 	if c.nc == nil { // the hijacked socket is not ours to hold
+		for _, f := range held {
+			if err := c.write(f); err != nil {
+				return err
+			}
+		}
 		if b != nil {
 			if err := c.write(b); err != nil {
 				return err
@@ -666,9 +733,15 @@ func (c *conn) writeBatch(b []byte) error {
 		return nil
 	}
 	c.nc.Hold()
+	// Held writes only fill memory, so they need no deadline; the
+	// release's write has one.
+	for _, f := range held {
+		if err := c.ws.Write(context.Background(), websocket.MessageText, f); err != nil {
+			_ = c.nc.Release(time.Time{})
+			return err
+		}
+	}
 	for b != nil {
-		// Held writes only fill memory, so they need no deadline; the
-		// release's write has one.
 		if err := c.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
 			_ = c.nc.Release(time.Time{})
 			return err
@@ -677,7 +750,8 @@ func (c *conn) writeBatch(b []byte) error {
 			break
 		}
 		select {
-		case b = <-c.out:
+		case f := <-c.out:
+			b = f.b
 		default:
 			b = nil
 		}
@@ -697,8 +771,8 @@ func (c *conn) writeBatch(b []byte) error {
 func (c *conn) flush() {
 	for {
 		select {
-		case b := <-c.out:
-			if c.writeBatch(b) != nil {
+		case f := <-c.out:
+			if c.writeBatch(nil, f.b) != nil {
 				return
 			}
 		default:

@@ -33,12 +33,12 @@ func TestWriteBatchFramesWholeInOrder(t *testing.T) {
 	}{
 		{"all queued before the loop wakes", func(c *conn) {
 			for _, f := range frames {
-				c.out <- f
+				c.out <- outFrame{b: f}
 			}
 		}},
 		{"queued while the loop writes", func(c *conn) {
 			for i, f := range frames {
-				c.out <- f
+				c.out <- outFrame{b: f}
 				if i%7 == 0 {
 					time.Sleep(time.Millisecond)
 				}
@@ -62,7 +62,7 @@ func TestWriteBatchFramesWholeInOrder(t *testing.T) {
 				}
 				ws.SetReadLimit(1 << 20)
 				c := &conn{api: &api{cfg: Config{WriteTimeout: 10 * time.Second}}, ws: ws, nc: hj.nc,
-					out: make(chan []byte, len(frames))}
+					out: make(chan outFrame, len(frames))}
 				readDone := make(chan struct{})
 				go func() { // answers the client's pings
 					defer close(readDone)
@@ -75,8 +75,8 @@ func TestWriteBatchFramesWholeInOrder(t *testing.T) {
 				go tc.enqueue(c)
 				for {
 					select {
-					case b := <-c.out:
-						if err := c.writeBatch(b); err != nil {
+					case f := <-c.out:
+						if err := c.writeBatch(nil, f.b); err != nil {
 							done <- err
 							return
 						}
@@ -154,11 +154,15 @@ func (c *countWrites) Write(p []byte) (int, error) {
 // TestReceiptsRideWithTheNextWrite: a receipt frame offered to a
 // connection waits for the connection's next write and goes out in it,
 // after the frames of that write; with nothing else to write it goes out
-// alone once receiptDelay has passed.
+// alone once receiptDelay has passed. A lazy frame (the sending
+// connection's echo of its own message) waits the same way but keeps its
+// place in the queue: it goes out before the frames queued after it.
 func TestReceiptsRideWithTheNextWrite(t *testing.T) {
 	type step struct {
-		lazy  []string // offered with offerLazy
-		frame string   // then queued with enqueue ("" = none)
+		lazy  []string      // offered with offerLazy
+		echo  []string      // then queued as lazy frames
+		wait  time.Duration // then waited for (less than echoDelay)
+		frame string        // then queued with enqueue ("" = none)
 	}
 	cases := []struct {
 		name       string
@@ -170,6 +174,11 @@ func TestReceiptsRideWithTheNextWrite(t *testing.T) {
 		{"receipts in order, with the next event", []step{{lazy: []string{"r1", "r2", "r3"}, frame: "e1"}}, []string{"e1", "r1", "r2", "r3"}, 1},
 		{"a receipt alone goes out by itself", []step{{lazy: []string{"r1"}}}, []string{"r1"}, 1},
 		{"each write takes what waits", []step{{lazy: []string{"r1"}, frame: "e1"}, {lazy: []string{"r2"}, frame: "e2"}}, []string{"e1", "r1", "e2", "r2"}, 2},
+		{"an echo waits for the next frame and goes out before it", []step{{echo: []string{"m1"}, wait: echoDelay / 3, frame: "e2"}}, []string{"m1", "e2"}, 1},
+		{"echoes keep their order", []step{{echo: []string{"m1", "m2", "m3"}, wait: echoDelay / 3, frame: "e4"}}, []string{"m1", "m2", "m3", "e4"}, 1},
+		{"an echo alone goes out by itself", []step{{echo: []string{"m1"}}}, []string{"m1"}, 1},
+		{"echoes, then the frame, then the receipts", []step{{lazy: []string{"r1"}, echo: []string{"m1"}, frame: "e2"}}, []string{"m1", "e2", "r1"}, 1},
+		{"each write takes the echoes before it", []step{{echo: []string{"m1"}, frame: "e2"}, {echo: []string{"m3"}}}, []string{"m1", "e2", "m3"}, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,7 +197,7 @@ func TestReceiptsRideWithTheNextWrite(t *testing.T) {
 				cw := &countWrites{Conn: hj.nc.Conn}
 				hj.nc.Conn = cw
 				c := &conn{api: &api{cfg: Config{WriteTimeout: 10 * time.Second, Heartbeat: time.Hour, IdleTimeout: time.Hour}},
-					ws: ws, nc: hj.nc, out: make(chan []byte, 16), closing: make(chan struct{}), lazyWake: make(chan struct{}, 1)}
+					ws: ws, nc: hj.nc, out: make(chan outFrame, 16), closing: make(chan struct{}), lazyWake: make(chan struct{}, 1)}
 				c.touch()
 				go func() {
 					for {
@@ -219,7 +228,13 @@ func TestReceiptsRideWithTheNextWrite(t *testing.T) {
 						t.Fatalf("offerLazy(%s) refused", l)
 					}
 				}
-				n := len(st.lazy)
+				n := len(st.lazy) + len(st.echo)
+				for _, m := range st.echo {
+					if !s.c.enqueueFrame(outFrame{b: []byte(m), lazy: true}) {
+						t.Fatalf("enqueueFrame(%s) refused", m)
+					}
+				}
+				time.Sleep(st.wait)
 				if st.frame != "" {
 					s.c.enqueue([]byte(st.frame))
 					n++

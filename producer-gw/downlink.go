@@ -239,7 +239,8 @@ func (d *downlink) onEvent(ev *imv1.SequencedEvent, recipients []*imv1.Recipient
 				return
 			}
 		}
-		d.pushed(c.deliver(now, ev.SessionId, ev.Seq, frame, note)).Inc()
+		echo := r.UserId == ev.SenderUserId && c.p.DeviceID == ev.SenderDeviceId
+		d.pushed(c.deliver(now, ev.SessionId, ev.Seq, frame, echo, note)).Inc()
 	}
 }
 

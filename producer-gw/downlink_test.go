@@ -38,7 +38,7 @@ func (f fakeConns) conn(id string) *conn { return f[id] }
 // connections, counted by outcome.
 func TestDownlink(t *testing.T) {
 	newConn := func(user string) *conn {
-		return &conn{p: auth.Principal{UserID: user}, out: make(chan []byte, 8), closing: make(chan struct{}), lastSeq: map[string]int64{}}
+		return &conn{p: auth.Principal{UserID: user}, out: make(chan outFrame, 8), closing: make(chan struct{}), lastSeq: map[string]int64{}}
 	}
 	bob, carol := newConn("bob"), newConn("carol")
 	seqs := &fakeSeqs{}
@@ -80,6 +80,35 @@ func TestDownlink(t *testing.T) {
 	for outcome, n := range map[string]float64{"delivered": 1, "dropped_order": 1, "dropped_not_member": 2, "dropped_no_conn": 4} {
 		if got := testutil.ToFloat64(m.pushItems.WithLabelValues(outcome)); got != n {
 			t.Errorf("push items %s = %v, want %v", outcome, got, n)
+		}
+	}
+}
+
+// TestDownlinkEchoIsLazy: an event reaches the device that sent it as a
+// lazy frame (its ACK carried the seq), and every other connection, the
+// sender's other devices included, as a frame written at once.
+func TestDownlinkEchoIsLazy(t *testing.T) {
+	newConn := func(user, device string) *conn {
+		return &conn{p: auth.Principal{UserID: user, DeviceID: device}, out: make(chan outFrame, 8), closing: make(chan struct{}), lastSeq: map[string]int64{}}
+	}
+	phone, laptop, bob := newConn("alice", "phone"), newConn("alice", "laptop"), newConn("bob", "phone")
+	d := newDownlink("gw", nil, &fakeSeqs{}, &fakeEventMembers{}, fakeConns{"c-phone": phone, "c-laptop": laptop, "c-bob": bob},
+		nil, slog.New(slog.DiscardHandler), newMetrics(prometheus.NewRegistry()))
+	d.onBatch(&imv1.PushBatch{Items: []*imv1.PushItem{{
+		Recipients: []*imv1.Recipient{{UserId: "alice", ConnId: "c-phone"}, {UserId: "alice", ConnId: "c-laptop"}, {UserId: "bob", ConnId: "c-bob"}},
+		Item: &imv1.PushItem_Event{Event: &imv1.SequencedEvent{SessionId: "s", Seq: 1, MsgId: 1, ClientMsgId: "m", SenderUserId: "alice", SenderDeviceId: "phone",
+			Payload: &imv1.SequencedEvent_Message{Message: &imv1.MessageContent{Type: "text", Body: []byte("hi")}}}},
+	}}})
+	for _, tc := range []struct {
+		name string
+		c    *conn
+		lazy bool
+	}{{"the sending device", phone, true}, {"the sender's other device", laptop, false}, {"the other member", bob, false}} {
+		if len(tc.c.out) != 1 {
+			t.Fatalf("%s: %d frames queued, want 1", tc.name, len(tc.c.out))
+		}
+		if f := <-tc.c.out; f.lazy != tc.lazy {
+			t.Errorf("%s: lazy %v, want %v", tc.name, f.lazy, tc.lazy)
 		}
 	}
 }

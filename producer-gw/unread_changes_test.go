@@ -48,7 +48,7 @@ func countingConn(t *testing.T, st historyStore) *conn {
 	cfg := Config{RatePerUser: 1 << 20, RateBurst: 1 << 20}
 	a := &api{cfg: cfg, limits: newLimiter(nil, cfg, log, m, time.Now), history: newHistory(st, allMembers{}, nil, log),
 		recounter: newRecounter(nil, log, m), log: log, m: m}
-	return &conn{api: a, p: auth.Principal{UserID: "alice", DeviceID: "phone"}, out: make(chan []byte, 4096),
+	return &conn{api: a, p: auth.Principal{UserID: "alice", DeviceID: "phone"}, out: make(chan outFrame, 4096),
 		closing: make(chan struct{}), lastSeq: map[string]int64{}}
 }
 
@@ -109,8 +109,8 @@ func (a *appCounts) drain(t *testing.T, c *conn) {
 	t.Helper()
 	for {
 		select {
-		case b := <-c.out:
-			a.apply(t, b)
+		case f := <-c.out:
+			a.apply(t, f.b)
 		default:
 			return
 		}
@@ -137,7 +137,7 @@ func pushFrame(t *testing.T, c *conn, ev *imv1.SequencedEvent) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.deliver(time.Now(), ev.SessionId, ev.Seq, b, func() unreadNote { return noteOf(ev) }); got != "delivered" {
+	if got := c.deliver(time.Now(), ev.SessionId, ev.Seq, b, false, func() unreadNote { return noteOf(ev) }); got != "delivered" {
 		t.Fatalf("deliver %s/%d: %s", ev.SessionId, ev.Seq, got)
 	}
 }
