@@ -32,15 +32,20 @@ func newReceipts(count int, interval time.Duration, write func(context.Context, 
 	return &receipts{count: count, interval: interval, write: write, dirty: map[string]int64{}, kick: make(chan struct{}, 1)}
 }
 
-// add records that the app holds session up to seq.
+// add records that the app holds session up to seq. It wakes run only
+// when that changes what run does: the first event since a flush starts
+// the interval, the count-th flushes; the ones between wake nothing.
 func (b *receipts) add(session string, seq int64) {
 	b.mu.Lock()
 	if seq > b.dirty[session] {
 		b.dirty[session] = seq
 	}
 	b.pending++
+	wake := b.pending == 1 || b.pending == b.count
 	b.mu.Unlock()
-	b.signal()
+	if wake {
+		b.signal()
+	}
 }
 
 // signal wakes run, which flushes when count events are pending and

@@ -82,13 +82,15 @@ type sender struct {
 	stats           *counters
 	onFinish        func(*Pending)
 
-	// kick wakes the resend loop when a command enters an empty window:
-	// with nothing in flight the loop does not tick (an idle client does
-	// not wake up 20 times a second).
+	// kick wakes the resend loop when a command falls due before the time
+	// it sleeps until (wakeLocked): with nothing in flight the loop does
+	// not tick (an idle client does not wake up 20 times a second).
 	kick  chan struct{}
 	scans atomic.Int64 // resend scans run, for tests
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// wakeAt is when the resend loop scans next; zero: when a post wakes it.
+	wakeAt time.Time
 	cur    *conn
 	byID   map[string]*Pending // commands not yet answered
 	order  []*Pending          // posting order, finished ones removed lazily
@@ -141,10 +143,7 @@ func (s *sender) track(p *Pending) {
 	}
 	s.byID[p.ClientMsgID] = p
 	s.order = append(s.order, p)
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
+	s.wakeLocked(time.Now().Add(s.ackTimeout))
 }
 
 // recover adds commands read from the outbox; they hold no window slot.
@@ -204,53 +203,89 @@ func (s *sender) live() []*Pending {
 	return s.order
 }
 
-// resendLoop scans every interval while commands are in flight, and
-// sleeps until one is posted when none is.
+// resendLoop scans when the earliest command in flight falls due (its
+// ACK overdue, its backoff over), and not more often than every; with no
+// connection it scans every interval, and with nothing in flight it sleeps
+// until a post wakes it. Between those times it does not wake: a client
+// sending steadily does not tick 20 times a second.
 func (s *sender) resendLoop(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.kick: // a command falls due before the timer
 		case now := <-t.C:
-			if s.scan(now) {
+			if next := s.scan(now); !next.IsZero() {
+				t.Reset(max(next.Sub(now), every))
 				continue
 			}
-			t.Stop()
-			select {
+			select { // nothing in flight
 			case <-ctx.Done():
 				return
 			case <-s.kick:
 			}
-			t.Reset(every)
 		}
+		t.Reset(0)
 	}
 }
 
 // scan resends what is overdue: not sent on the current connection, ACK
 // missing for ackTimeout, or a retryable error's backoff elapsed. It
-// reports whether any command is still in flight (connected or not: a new
-// connection resends them all, see attach).
-func (s *sender) scan(now time.Time) bool {
+// returns when the next command falls due (with no connection, now: a new
+// connection resends them all, see attach), zero when none is in flight,
+// and sets wakeAt to it.
+func (s *sender) scan(now time.Time) time.Time {
 	s.scans.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.wakeAt = time.Time{}
+	if len(s.byID) == 0 {
+		return s.wakeAt
+	}
 	c := s.cur
 	if c == nil || c.ctx.Err() != nil {
-		return len(s.byID) > 0
+		s.wakeAt = now
+		return s.wakeAt
 	}
 	for _, p := range s.live() {
-		switch {
-		case !p.retryAt.IsZero():
-			if !now.Before(p.retryAt) {
-				s.sendLocked(p, c, now)
-			}
-		case p.sentOn != c || now.Sub(p.sentAt) >= s.ackTimeout || (p.accepted && now.Sub(p.sentAt) >= s.acceptedTimeout):
+		due := s.due(p, c)
+		if !now.Before(due) {
 			s.sendLocked(p, c, now)
+			due = s.due(p, c)
+		}
+		if s.wakeAt.IsZero() || due.Before(s.wakeAt) {
+			s.wakeAt = due
 		}
 	}
-	return len(s.byID) > 0
+	return s.wakeAt
+}
+
+// due is when p is resent on c: after its backoff, at once when it was
+// not sent on c, else when its ACK is overdue.
+func (s *sender) due(p *Pending, c *conn) time.Time {
+	switch {
+	case !p.retryAt.IsZero():
+		return p.retryAt
+	case p.sentOn != c:
+		return time.Time{}
+	case p.accepted:
+		return p.sentAt.Add(min(s.ackTimeout, s.acceptedTimeout))
+	}
+	return p.sentAt.Add(s.ackTimeout)
+}
+
+// wakeLocked wakes the resend loop when t is before the time it sleeps
+// until (or it sleeps until a post); s.mu is held.
+func (s *sender) wakeLocked(t time.Time) {
+	if s.wakeAt.IsZero() || t.Before(s.wakeAt) {
+		s.wakeAt = t
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // onFrame handles an ack, seq_notice or error that names a client_msg_id.
@@ -266,6 +301,7 @@ func (s *sender) onFrame(f serverFrame) {
 	case f.Op == wire.OpError && f.Error.Retryable:
 		s.stats.RetryableErrors.Add(1)
 		p.retryAt = now.Add(s.retry.delay(p.attempts - 1))
+		s.wakeLocked(p.retryAt)
 		s.mu.Unlock()
 		return
 	case f.Op == wire.OpError:

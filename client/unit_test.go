@@ -179,6 +179,54 @@ func FuzzDecodeFrame(f *testing.F) {
 	})
 }
 
+// TestResendLoopWakesWhenDue: on a live connection a command in flight
+// does not make the resend loop tick; the loop scans when the command's
+// ACK is overdue, and when a retryable error's backoff is over, and
+// resends it then. Unit test of the sender with a connection that only
+// queues frames (no socket, no gateway).
+func TestResendLoopWakesWhenDue(t *testing.T) {
+	const ackTimeout = 400 * time.Millisecond
+	s := newSender(4, ackTimeout, backoff{min: 10 * time.Millisecond, max: 10 * time.Millisecond}, nil, &counters{})
+	c := &conn{ctx: context.Background(), out: make(chan []byte, 16)}
+	s.attach(c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); s.resendLoop(ctx, time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	// sent waits until n frames were written to c, at most 5 s, and says
+	// when the last came.
+	sent := func(n int) time.Time {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); len(c.out) < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d frames sent after 5 s, want %d", len(c.out), n)
+			}
+		}
+		return time.Now()
+	}
+
+	posted := time.Now()
+	if _, err := s.post(ctx, &wire.ClientFrame{Op: wire.OpSend, ClientMsgID: "m-1"}); err != nil {
+		t.Fatal(err)
+	}
+	sent(1)
+	time.Sleep(20 * time.Millisecond) // the scan the post woke
+	before := s.scans.Load()
+	time.Sleep(100 * time.Millisecond)
+	if n := s.scans.Load() - before; n > 0 {
+		t.Fatalf("%d scans in 100 ms while m-1 waits for its ACK (due in %v), want none", n, ackTimeout)
+	}
+	if at := sent(2); at.Sub(posted) < ackTimeout {
+		t.Fatalf("m-1 resent %v after its post, before its ACK was overdue (%v)", at.Sub(posted), ackTimeout)
+	}
+	errAt := time.Now()
+	s.onFrame(serverFrame{Op: wire.OpError, ClientMsgID: "m-1", Error: &wire.ErrorBody{Code: 1, Retryable: true}})
+	if at := sent(3); at.Sub(errAt) >= ackTimeout {
+		t.Fatalf("m-1 resent %v after a retryable error with a 10 ms backoff, want before its ACK timeout (%v)", at.Sub(errAt), ackTimeout)
+	}
+}
+
 // TestResendLoopSleepsWhenIdle: the resend loop ticks only while a
 // command is in flight. An idle client (nothing posted, or everything
 // answered) runs no scans; a post wakes the loop. Unit test of the sender
