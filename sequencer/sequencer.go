@@ -468,16 +468,32 @@ func (s *Sequencer) poll(ctx context.Context, sess *kgo.GroupTransactSession, pr
 	return s.gatherToFloor(ctx, sess, prev, fetches, polled, n)
 }
 
-// gatherToFloor polls on until SEQUENCER_TXN_FLOOR has passed since the
-// previous transaction's poll (prev), or a transaction's worth of records
-// is in, and joins what comes to fetches.
+// gatherToFloor waits until SEQUENCER_TXN_FLOOR has passed since the
+// previous transaction's poll (prev), then takes the records that came
+// meanwhile and joins them to fetches. It does not poll through the wait:
+// the broker answers a fetch as soon as records arrive, so polling on would
+// take a fetch (a broker request) per uplink produce. Instead the fetch
+// buffered during the wait (answered with the first records that came) is
+// taken at the floor, and the fetch that taking it sends, which the broker
+// answers at once with the rest, is waited for up to floorFetchWait.
 func (s *Sequencer) gatherToFloor(ctx context.Context, sess *kgo.GroupTransactSession, prev time.Time, fetches kgo.Fetches, polled time.Time, n int) (kgo.Fetches, time.Time) {
-	if s.cfg.TxnFloor <= 0 || prev.IsZero() {
+	if s.cfg.TxnFloor <= 0 || prev.IsZero() || n >= s.cfg.MaxPollRecords {
 		return fetches, polled
 	}
-	until := prev.Add(s.cfg.TxnFloor)
-	for n < s.cfg.MaxPollRecords && time.Now().Before(until) {
-		fctx, cancel := context.WithDeadline(ctx, until)
+	wait := time.Until(prev.Add(s.cfg.TxnFloor))
+	if wait <= 0 {
+		return fetches, polled
+	}
+	t := time.NewTimer(wait)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return fetches, polled
+	case <-t.C:
+	}
+	for range 2 { // the buffered fetch, then the one its taking sends
+		start := time.Now()
+		fctx, cancel := context.WithTimeout(ctx, floorFetchWait)
 		more := sess.PollRecords(fctx, s.cfg.MaxPollRecords-n)
 		cancel()
 		// merged even without records: an error other than the wait's
@@ -488,9 +504,18 @@ func (s *Sequencer) gatherToFloor(ctx context.Context, sess *kgo.GroupTransactSe
 		}
 		n += more.NumRecords()
 		polled = time.Now()
+		if n >= s.cfg.MaxPollRecords || polled.Sub(start) > bufferedPoll {
+			break // that was the fresh fetch
+		}
 	}
 	return fetches, polled
 }
+
+// floorFetchWait bounds each poll of gatherToFloor: a buffered fetch is
+// handed over at once, and the broker answers the next one within a round
+// trip when records wait for it. Records it misses go into the next
+// transaction.
+const floorFetchWait = 2 * time.Millisecond
 
 // bufferedPoll is how fast a PollRecords that found a fetch already
 // buffered returns, at most.
