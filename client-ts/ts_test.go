@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,6 +184,14 @@ func (c *control) mux() *http.ServeMux {
 			return
 		}
 		fmt.Fprint(w, tok)
+	})
+	// POST /gateway/pause stops the gateway with SIGSTOP: what is sent to
+	// it until the kill below waits for an answer.
+	m.HandleFunc("POST /gateway/pause", func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.gw.Proc.Signal(syscall.SIGSTOP)
+		fmt.Fprintf(w, `{"paused_pid":%d}`, c.gw.Proc.Pid())
 	})
 	// POST /gateway/kill kills the gateway with SIGKILL, waits pause_ms,
 	// starts it again on the same address and answers once it listens.

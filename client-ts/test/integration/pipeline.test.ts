@@ -44,7 +44,12 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     for (let i = 0; i < n; i++) {
       pend.push(await a.c.postMessage(g.sessionId, text(`m${String(i).padStart(3, '0')}`)));
       if (i === Math.floor(n / 3)) {
-        // With sends in flight; answers once the new gateway listens.
+        // Paused, the gateway answers nothing: the next sends are surely
+        // in flight when it is killed.
+        await control('/gateway/pause', 'POST');
+      }
+      if (i === Math.floor(n / 3) + 5) {
+        // With those sends in flight; answers once the new gateway listens.
         await control('/gateway/kill?pause_ms=300', 'POST');
       }
       await sleep(3);
