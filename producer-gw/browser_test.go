@@ -505,13 +505,14 @@ func TestBrowserGatewayKill(t *testing.T) {
 	p := newPipeline(t)
 	gwA := p.gateway(map[string]string{"GATEWAY_RATE_PER_USER": "10000", "GATEWAY_RATE_BURST": "10000"}) // alice sends 290 at once
 	bin := proc.Build(t, "./producer-gw")
-	envB := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t), "GATEWAY_ADMIN_ADDR": freeAddr(t), "GATEWAY_DEV_MODE": "true"})
+	envB := p.env(map[string]string{"GATEWAY_ADDR": proc.AnyPort, "GATEWAY_ADMIN_ADDR": proc.AnyPort, "GATEWAY_DEV_MODE": "true"})
 	var list []string
 	for k, v := range envB {
 		list = append(list, k+"="+v)
 	}
 	gwB := proc.Start(t, "gw-b", bin, list...)
-	p.admins["gw-b"] = envB["GATEWAY_ADMIN_ADDR"]
+	p.admins["gw-b"] = proc.LoggedAddr(t, gwB, "admin listening", "GATEWAY_ADMIN_ADDR")
+	addrB := proc.LoggedAddr(t, gwB, "gateway listening", "GATEWAY_ADDR")
 	p.waitReady("gw-b")
 	aliceID, bobID := user("alice"), user("bob")
 	a := p.connect(gwA, aliceID, "phone")
@@ -528,7 +529,7 @@ func TestBrowserGatewayKill(t *testing.T) {
 	}
 	p.waitStored(long, lastLong)
 	bob := newTab(t, browser(t), "bob", t.TempDir())
-	bob.login("http://"+envB["GATEWAY_ADDR"], bobID)
+	bob.login("http://"+addrB, bobID)
 	bob.open(long)
 	older := func(want int) {
 		t.Helper()

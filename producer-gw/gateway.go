@@ -165,7 +165,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	bg.Go(func() error { return g.recounter.Run(bgCtx) })
 	bg.Go(func() error { return g.devices.Run(bgCtx) })
 	bg.Go(func() error {
-		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz, Routes: g.adminRoutes()}).Run(bgCtx)
+		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz, Routes: g.adminRoutes(), Log: g.log}).Run(bgCtx)
 	})
 
 	// Accept clients only once pushed batches can reach this gateway: a

@@ -39,15 +39,16 @@ func TestGatewayKillWhileReceiptsAndTypingFlow(t *testing.T) {
 	p := newPipeline(t)
 	gwA := p.gateway(nil)
 	bin := proc.Build(t, "./producer-gw")
-	envB := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t), "GATEWAY_ADMIN_ADDR": freeAddr(t), "GATEWAY_PRESENCE_TTL": "3s"})
+	envB := p.env(map[string]string{"GATEWAY_ADDR": proc.AnyPort, "GATEWAY_ADMIN_ADDR": proc.AnyPort, "GATEWAY_PRESENCE_TTL": "3s"})
 	var list []string
 	for k, v := range envB {
 		list = append(list, k+"="+v)
 	}
 	gwB := proc.Start(t, "gw-b", bin, list...)
-	p.admins["gw-b"] = envB["GATEWAY_ADMIN_ADDR"]
+	p.admins["gw-b"] = proc.LoggedAddr(t, gwB, "admin listening", "GATEWAY_ADMIN_ADDR")
+	addrB := proc.LoggedAddr(t, gwB, "gateway listening", "GATEWAY_ADDR")
 	p.waitReady("gw-b")
-	tgwB := &testGW{addr: envB["GATEWAY_ADDR"]}
+	tgwB := &testGW{addr: addrB}
 	alice, bob := user("alice"), user("bob")
 	a := p.connect(gwA, alice, "phone")
 	sid, created := createGroup(a, bob)

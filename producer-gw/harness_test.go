@@ -102,21 +102,18 @@ func (p *pipeline) startSome(extra []string, names ...string) {
 		"SEQFLOW_REDIS_ADDR=" + st.RedisAddr,
 		"SEQFLOW_TOPIC_PREFIX=" + p.prefix,
 	}
-	admins := map[string]string{}
 	for _, name := range names {
-		admin := freeAddr(t)
-		admins[name] = admin
 		var env []string
 		switch name {
 		case "sequencer":
 			env = []string{"SEQUENCER_GROUP=gwt-seq-" + id, "SEQUENCER_INSTANCE_ID=gwt-" + id,
-				"SEQUENCER_ADMIN_ADDR=" + admin, "SEQUENCER_SESSION_TIMEOUT=6s"}
+				"SEQUENCER_ADMIN_ADDR=" + proc.AnyPort, "SEQUENCER_SESSION_TIMEOUT=6s"}
 		case "persister":
 			env = []string{"PERSISTER_GROUP=gwt-per-" + id, "PERSISTER_INSTANCE_ID=gwt-" + id,
-				"PERSISTER_ADMIN_ADDR=" + admin, "PERSISTER_MIGRATE=false", "PERSISTER_SESSION_TIMEOUT=6s"}
+				"PERSISTER_ADMIN_ADDR=" + proc.AnyPort, "PERSISTER_MIGRATE=false", "PERSISTER_SESSION_TIMEOUT=6s"}
 		case "pusher":
 			env = []string{"PUSHER_GROUP=gwt-push-" + id, "PUSHER_INSTANCE_ID=gwt-" + id,
-				"PUSHER_ADMIN_ADDR=" + admin, "PUSHER_RESET_OFFSET=start", "PUSHER_SESSION_TIMEOUT=6s"}
+				"PUSHER_ADMIN_ADDR=" + proc.AnyPort, "PUSHER_RESET_OFFSET=start", "PUSHER_SESSION_TIMEOUT=6s"}
 		default:
 			t.Fatalf("startSome: unknown service %q", name)
 		}
@@ -125,25 +122,12 @@ func (p *pipeline) startSome(extra []string, names ...string) {
 			p.procs, p.admins = map[string]*proc.Proc{}, map[string]string{}
 		}
 		p.procs[name] = proc.Start(t, name, bin, append(append(append([]string(nil), common...), env...), extra...)...)
-		p.admins[name] = admin
 	}
 	// Ready means partitions assigned: before that, the first commands
 	// would wait for a group join instead of testing the gateway.
-	deadline := time.Now().Add(90 * time.Second)
 	for _, name := range names {
-		for {
-			resp, err := http.Get("http://" + admins[name] + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not ready within 90s: %v", name, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		p.admins[name] = proc.LoggedAddr(t, p.procs[name], "admin listening", strings.ToUpper(name)+"_ADMIN_ADDR")
+		p.waitReady(name)
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 func TestProcessShutdown(t *testing.T) {
 	p := newPipelineNoProcs(t)
 	bin := proc.Build(t, "./producer-gw")
-	env := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t)})
+	env := p.env(map[string]string{"GATEWAY_ADDR": proc.AnyPort})
 	var list []string
 	for k, v := range env {
 		list = append(list, k+"="+v)
@@ -39,7 +39,7 @@ func TestProcessShutdown(t *testing.T) {
 	}
 
 	gw := proc.Start(t, "gw", bin, list...)
-	addr := env["GATEWAY_ADDR"]
+	addr := proc.LoggedAddr(t, gw, "gateway listening", "GATEWAY_ADDR")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/v1/changes")
@@ -77,13 +77,13 @@ func TestProcessShutdown(t *testing.T) {
 func TestProcessCrashPresence(t *testing.T) {
 	p := newPipelineNoProcs(t)
 	bin := proc.Build(t, "./producer-gw")
-	env := p.env(map[string]string{"GATEWAY_ADDR": freeAddr(t), "GATEWAY_PRESENCE_TTL": "3s"})
+	env := p.env(map[string]string{"GATEWAY_ADDR": proc.AnyPort, "GATEWAY_PRESENCE_TTL": "3s"})
 	var list []string
 	for k, v := range env {
 		list = append(list, k+"="+v)
 	}
 	gw := proc.Start(t, "gw", bin, list...)
-	addr := env["GATEWAY_ADDR"]
+	addr := proc.LoggedAddr(t, gw, "gateway listening", "GATEWAY_ADDR")
 	var c *client
 	deadline := time.Now().Add(20 * time.Second)
 	for {

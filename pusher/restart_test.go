@@ -20,24 +20,22 @@ import (
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-func freeAddr(t testing.TB) string { return proc.FreeAddr(t) }
-
 // startProc runs the pusher binary for e and waits for /readyz.
 func (e *env) startProc(name string) (*proc.Proc, string) {
 	e.t.Helper()
 	bin := proc.Build(e.t, "./pusher")
-	admin := freeAddr(e.t)
 	p := proc.Start(e.t, name, bin,
 		"SEQFLOW_KAFKA_BROKERS="+strings.Join(e.st.KafkaBrokers, ","),
 		"SEQFLOW_REDIS_ADDR="+e.st.RedisAddr,
 		"SEQFLOW_TOPIC_PREFIX="+e.prefix,
 		"PUSHER_GROUP="+e.group,
 		"PUSHER_INSTANCE_ID="+e.group+"-"+name,
-		"PUSHER_ADMIN_ADDR="+admin,
+		"PUSHER_ADMIN_ADDR="+proc.AnyPort,
 		"PUSHER_RESET_OFFSET=start",
 		"PUSHER_SESSION_TIMEOUT=6s",
 		"PUSHER_COMMIT_INTERVAL=100ms",
 	)
+	admin := proc.LoggedAddr(e.t, p, "admin listening", "PUSHER_ADMIN_ADDR")
 	e.awaitReady(p, admin)
 	return p, admin
 }
@@ -118,7 +116,7 @@ func TestEndToEnd(t *testing.T) {
 		"SEQFLOW_TOPIC_PREFIX="+e.prefix,
 		"SEQUENCER_GROUP="+e.group+"-seq",
 		"SEQUENCER_INSTANCE_ID="+e.group+"-seq",
-		"SEQUENCER_ADMIN_ADDR="+freeAddr(t),
+		"SEQUENCER_ADMIN_ADDR=",
 		"SEQUENCER_SESSION_TIMEOUT=6s",
 	)
 	gwA, gwB := e.gateway("gw-a"), e.gateway("gw-b")

@@ -28,8 +28,8 @@ func TestTxnFloorGathersRecords(t *testing.T) {
 		floor time.Duration
 	}{{"floor", floor}, {"off", 0}} {
 		h := newHarness(t, 1)
-		admin := proc.FreeAddr(t)
-		p := h.start("a", "SEQUENCER_TXN_FLOOR="+tc.floor.String(), "SEQUENCER_ADMIN_ADDR="+admin)
+		p := h.start("a", "SEQUENCER_TXN_FLOOR="+tc.floor.String(), "SEQUENCER_ADMIN_ADDR="+proc.AnyPort)
+		admin := proc.LoggedAddr(t, p, "admin listening", "SEQUENCER_ADMIN_ADDR")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		sess := h.session(0)
 		if err := h.send(ctx, sess, "warm"); err != nil {

@@ -80,7 +80,7 @@ func runExport(ctx context.Context, args []string) error {
 	})
 	if *adminAddr != "" {
 		g.Go(func() error {
-			err := (&admin.Server{Addr: *adminAddr, Reg: reg}).Run(runCtx)
+			err := (&admin.Server{Addr: *adminAddr, Reg: reg, Log: log}).Run(runCtx)
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -31,6 +32,10 @@ type Server struct {
 	// Routes are a service's own operator endpoints, by ServeMux pattern
 	// ("POST /erase/user").
 	Routes map[string]http.Handler
+	// Log, when set, gets an "admin listening" line with the bound address
+	// ("addr"): with port 0 in Addr the kernel picks a free port, and the
+	// line is how a supervisor (or a test) learns which.
+	Log *slog.Logger
 }
 
 // Handler returns the admin routes.
@@ -69,6 +74,9 @@ func (s *Server) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("listen admin %s: %w", s.Addr, err)
+	}
+	if s.Log != nil {
+		s.Log.Info("admin listening", "addr", ln.Addr().String())
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)

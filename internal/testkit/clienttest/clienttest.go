@@ -77,29 +77,22 @@ func Start(t *testing.T) *Pipeline {
 	per := proc.Build(t, "./persister")
 	push := proc.Build(t, "./pusher")
 	p.gwBin = proc.Build(t, "./producer-gw")
-	admins := []string{FreeAddr(t), FreeAddr(t), FreeAddr(t)}
-	proc.Start(t, "sequencer", seq, append(common, "SEQUENCER_GROUP=clt-seq-"+id, "SEQUENCER_INSTANCE_ID=clt-"+id,
-		"SEQUENCER_ADMIN_ADDR="+admins[0], "SEQUENCER_SESSION_TIMEOUT=6s")...)
-	proc.Start(t, "persister", per, append(common, "PERSISTER_GROUP=clt-per-"+id, "PERSISTER_INSTANCE_ID=clt-"+id,
-		"PERSISTER_ADMIN_ADDR="+admins[1], "PERSISTER_MIGRATE=false", "PERSISTER_SESSION_TIMEOUT=6s")...)
-	proc.Start(t, "pusher", push, append(common, "PUSHER_GROUP=clt-push-"+id, "PUSHER_INSTANCE_ID=clt-"+id,
-		"PUSHER_ADMIN_ADDR="+admins[2], "PUSHER_RESET_OFFSET=start", "PUSHER_SESSION_TIMEOUT=6s")...)
+	procs := []*proc.Proc{
+		proc.Start(t, "sequencer", seq, append(common, "SEQUENCER_GROUP=clt-seq-"+id, "SEQUENCER_INSTANCE_ID=clt-"+id,
+			"SEQUENCER_ADMIN_ADDR="+proc.AnyPort, "SEQUENCER_SESSION_TIMEOUT=6s")...),
+		proc.Start(t, "persister", per, append(common, "PERSISTER_GROUP=clt-per-"+id, "PERSISTER_INSTANCE_ID=clt-"+id,
+			"PERSISTER_ADMIN_ADDR="+proc.AnyPort, "PERSISTER_MIGRATE=false", "PERSISTER_SESSION_TIMEOUT=6s")...),
+		proc.Start(t, "pusher", push, append(common, "PUSHER_GROUP=clt-push-"+id, "PUSHER_INSTANCE_ID=clt-"+id,
+			"PUSHER_ADMIN_ADDR="+proc.AnyPort, "PUSHER_RESET_OFFSET=start", "PUSHER_SESSION_TIMEOUT=6s")...),
+	}
 	// Ready means partitions assigned: before that, the first commands
 	// would wait for a group join.
-	deadline := time.Now().Add(90 * time.Second)
-	for i, a := range admins {
-		for {
-			resp, err := http.Get("http://" + a + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not ready within 90s: %v", []string{"sequencer", "persister", "pusher"}[i], err)
-			}
-			time.Sleep(50 * time.Millisecond)
+	rctx, rcancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer rcancel()
+	for i, pr := range procs {
+		pr.Admin = proc.LoggedAddr(t, pr, "admin listening", []string{"SEQUENCER", "PERSISTER", "PUSHER"}[i]+"_ADMIN_ADDR")
+		if err := pr.WaitReady(rctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return p
@@ -124,15 +117,16 @@ type Gateway struct {
 }
 
 // Gateway starts a producer-gw process named name (env overrides the
-// defaults: ACK wait 5s, rate limits high enough for tests) and waits
-// until it listens.
+// defaults: ACK wait 5s, rate limits high enough for tests) on a port the
+// kernel picks and waits until it listens.
 func (p *Pipeline) Gateway(t *testing.T, name string, env ...string) *Gateway {
 	t.Helper()
-	addr := FreeAddr(t)
-	all := append(p.Env(), "GATEWAY_ID=clt-"+name+"-"+p.ID, "GATEWAY_ADDR="+addr, "GATEWAY_ADMIN_ADDR=",
+	all := append(p.Env(), "GATEWAY_ID=clt-"+name+"-"+p.ID, "GATEWAY_ADDR="+proc.AnyPort, "GATEWAY_ADMIN_ADDR=",
 		"GATEWAY_JWT_HS256_SECRET="+Secret, "GATEWAY_ACK_WAIT=5s", "GATEWAY_SHUTDOWN_TIMEOUT=3s",
 		"GATEWAY_RATE_PER_USER=2000", "GATEWAY_RATE_BURST=2000")
-	g := &Gateway{Proc: proc.Start(t, name, p.gwBin, append(all, env...)...), Addr: addr, URL: "ws://" + addr}
+	pr := proc.Start(t, name, p.gwBin, append(all, env...)...)
+	addr := proc.LoggedAddr(t, pr, "gateway listening", "GATEWAY_ADDR")
+	g := &Gateway{Proc: pr, Addr: addr, URL: "ws://" + addr}
 	g.WaitListening(t)
 	return g
 }

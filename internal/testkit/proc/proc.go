@@ -6,7 +6,9 @@
 package proc
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -57,13 +59,16 @@ type Proc struct {
 	err  error // the exit status, once done is closed
 }
 
+// startMark begins each run's part of the log.
+const startMark = "--- proc: start "
+
 // Start runs the process. It must not be running.
 func (p *Proc) Start() error {
 	f, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("open log of %s: %w", p.Name, err)
 	}
-	fmt.Fprintf(f, "--- proc: start %s at %s\n", p.Name, time.Now().UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(f, startMark+"%s at %s\n", p.Name, time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.Bin, p.Args...)
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Stdout, cmd.Stderr = f, f
@@ -186,6 +191,50 @@ func (p *Proc) LogContains(s string) bool {
 
 // String names the process for messages.
 func (p *Proc) String() string { return fmt.Sprintf("%s(pid %d)", p.Name, p.Pid()) }
+
+// AnyPort is a listen address that lets the kernel pick a free port. A
+// service given it logs the port it got (Addr reads it back), so two tests
+// never race for one port: a port that "was free a moment ago" may be
+// another test's by the time the process binds it.
+const AnyPort = "127.0.0.1:0"
+
+// Addr waits until the current run logs a line with message msg ("admin
+// listening", "gateway listening") and returns its "addr" attribute. It
+// fails when the process exits first or ctx ends.
+func (p *Proc) Addr(ctx context.Context, msg string) (string, error) {
+	for {
+		if addr := p.loggedAddr(msg); addr != "" {
+			return addr, nil
+		}
+		if !p.Running() {
+			return "", fmt.Errorf("%s: %w before logging %q (%v; see %s)", p.Name, ErrExited, msg, p.Err(), p.Log)
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%s did not log %q: %w (see %s)", p.Name, msg, ctx.Err(), p.Log)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// loggedAddr is the "addr" of the first line of the current run whose
+// message is msg, or "".
+func (p *Proc) loggedAddr(msg string) string {
+	b, _ := os.ReadFile(p.Log)
+	if i := bytes.LastIndex(b, []byte(startMark)); i >= 0 {
+		b = b[i:]
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(line) == 0 || line[0] != '{' {
+			continue
+		}
+		var rec struct{ Msg, Addr string }
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == msg && rec.Addr != "" {
+			return rec.Addr
+		}
+	}
+	return ""
+}
 
 // ErrExited is returned by Ready and WaitReady for a process that is not
 // running.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/seqflow/seqflow/internal/config"
 )
@@ -70,8 +71,10 @@ func Start(t testing.TB, name, bin string, env ...string) *Proc {
 	return p
 }
 
-// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago,
-// for a process under test to listen on.
+// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago:
+// an address where nothing listens, for a test of a dead peer. A process
+// under test should listen on AnyPort and report its port (LoggedAddr):
+// another test may take a port between FreeAddr and the bind.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -80,4 +83,20 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// LoggedAddr waits up to 90 s for p to log msg with its listen address (see
+// Proc.Addr and AnyPort) and returns it, failing the test otherwise. It
+// pins the address: envVar=addr joins p.Env, so a restart comes back on the
+// port the kernel gave the first run, where the test looks for it.
+func LoggedAddr(t testing.TB, p *Proc, msg, envVar string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	addr, err := p.Addr(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Env = append(p.Env, envVar+"="+addr)
+	return addr
 }
