@@ -493,14 +493,6 @@ func (s *suite) setup(ctx context.Context) error {
 	for i := range instances {
 		name := string(rune('a' + i))
 		inst := "chaos-" + s.id + "-" + name
-		port := func() (string, error) {
-			p, err := freePort()
-			return "127.0.0.1:" + strconv.Itoa(p), err
-		}
-		gwAddr, err := port()
-		if err != nil {
-			return &SetupError{"ports", err}
-		}
 		env := map[string][]string{
 			"sequencer": {"SEQUENCER_GROUP=chaos-" + s.id + "-seq", "SEQUENCER_INSTANCE_ID=" + inst, "SEQUENCER_SESSION_TIMEOUT=" + st,
 				"SEQUENCER_TXN_TIMEOUT=" + st, "SEQUENCER_STEP=" + strconv.Itoa(sequencerStep), "SEQUENCER_MAX_POLL_RECORDS=" + strconv.Itoa(sequencerStep)},
@@ -508,7 +500,7 @@ func (s *suite) setup(ctx context.Context) error {
 				"PERSISTER_SESSION_TIMEOUT=" + st},
 			"pusher": {"PUSHER_GROUP=chaos-" + s.id + "-push", "PUSHER_INSTANCE_ID=" + inst, "PUSHER_RESET_OFFSET=start",
 				"PUSHER_SESSION_TIMEOUT=" + st},
-			"gateway": {"GATEWAY_ID=" + inst, "GATEWAY_ADDR=" + gwAddr, "GATEWAY_JWT_HS256_SECRET=" + s.secret,
+			"gateway": {"GATEWAY_ID=" + inst, "GATEWAY_ADDR=" + proc.AnyPort, "GATEWAY_JWT_HS256_SECRET=" + s.secret,
 				"GATEWAY_HEARTBEAT=2s", "GATEWAY_PRESENCE_TTL=6s", "GATEWAY_RATE_PER_USER=1000", "GATEWAY_RATE_BURST=1000",
 				"GATEWAY_SHUTDOWN_TIMEOUT=3s"},
 		}
@@ -519,20 +511,30 @@ func (s *suite) setup(ctx context.Context) error {
 			"pusher": "PUSHER_ADMIN_ADDR", "gateway": "GATEWAY_ADMIN_ADDR"}
 		pkg := map[string]string{"sequencer": "./sequencer", "persister": "./persister", "pusher": "./pusher", "gateway": "./producer-gw"}
 		for _, svc := range services {
-			admin, err := port()
-			if err != nil {
-				return &SetupError{"ports", err}
-			}
-			p := &proc.Proc{Name: svc + "-" + name, Bin: bins[pkg[svc]], Admin: admin,
-				Env: append(append(append([]string(nil), common...), env[svc]...), adminVar[svc]+"="+admin),
+			p := &proc.Proc{Name: svc + "-" + name, Bin: bins[pkg[svc]],
+				Env: append(append(append([]string(nil), common...), env[svc]...), adminVar[svc]+"="+proc.AnyPort),
 				Log: filepath.Join(o.Dir, svc+"-"+name+".log")}
 			if err := p.Start(); err != nil {
 				return &SetupError{"start " + p.Name, err}
 			}
 			s.procs[svc] = append(s.procs[svc], p)
-			if svc == "gateway" {
-				s.gws = append(s.gws, gwAddr)
+			// The kernel picks the ports (two runs or tests never race for
+			// one); pinned, so a restart comes back where clients look.
+			actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			admin, err := p.Addr(actx, "admin listening")
+			if err == nil && svc == "gateway" {
+				var gw string
+				if gw, err = p.Addr(actx, "gateway listening"); err == nil {
+					s.gws = append(s.gws, gw)
+					p.Env = append(p.Env, "GATEWAY_ADDR="+gw)
+				}
 			}
+			cancel()
+			if err != nil {
+				return &SetupError{"ports", err}
+			}
+			p.Admin = admin
+			p.Env = append(p.Env, adminVar[svc]+"="+admin)
 		}
 	}
 	for _, svc := range services {
