@@ -27,6 +27,7 @@ import (
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/rebuild"
 	"github.com/seqflow/seqflow/internal/store"
+	"github.com/seqflow/seqflow/internal/testkit/proc"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -414,8 +415,13 @@ func TestEraseOverAdminHTTP(t *testing.T) {
 	p := newPipeline(t)
 	kb := make([]byte, keystore.KeyBytes)
 	_, _ = rand.Read(kb)
-	admin := freeAddr(t)
-	gw := p.gateway(map[string]string{"SEQFLOW_KEK": base64.StdEncoding.EncodeToString(kb), "GATEWAY_ADMIN_ADDR": admin})
+	gw := p.gateway(map[string]string{"SEQFLOW_KEK": base64.StdEncoding.EncodeToString(kb), "GATEWAY_ADMIN_ADDR": proc.AnyPort})
+	actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
+	admin, err := gw.g.AdminAddr(actx)
+	acancel()
+	if err != nil {
+		t.Fatalf("admin server did not listen: %v", err)
+	}
 	alice, bob := user("alice"), user("bob")
 	ca, cb := p.connect(gw, alice, "d1"), p.connect(gw, bob, "d1")
 	sid, _ := createGroup(ca, bob)
@@ -427,13 +433,7 @@ func TestEraseOverAdminHTTP(t *testing.T) {
 		t.Helper()
 		var resp *http.Response
 		var err error
-		for range 50 { // the admin port opens with the gateway's other parts
-			if resp, err = http.PostForm("http://"+admin+"/erase/user", form); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil {
+		if resp, err = http.PostForm("http://"+admin+"/erase/user", form); err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()

@@ -49,6 +49,7 @@ type Gateway struct {
 	signer   *auth.Signer // dev login only
 	now      func() time.Time
 	addr     chan string // the bound client address, once
+	admin    chan string // the bound admin address, once
 	// gate refuses new connections and commands once the drain begins.
 	gate *gate
 
@@ -92,7 +93,7 @@ type Gateway struct {
 // New builds a gateway from a validated Config; it connects to nothing
 // until Run.
 func New(cfg Config, log *slog.Logger) (*Gateway, error) {
-	g := &Gateway{cfg: cfg, log: log, reg: prometheus.NewRegistry(), gate: &gate{}, addr: make(chan string, 1), now: time.Now}
+	g := &Gateway{cfg: cfg, log: log, reg: prometheus.NewRegistry(), gate: &gate{}, addr: make(chan string, 1), admin: make(chan string, 1), now: time.Now}
 	g.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	g.m = newMetrics(g.reg)
 	var err error
@@ -115,10 +116,17 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 }
 
 // Addr returns the address clients connect to, once Run listens.
-func (g *Gateway) Addr(ctx context.Context) (string, error) {
+func (g *Gateway) Addr(ctx context.Context) (string, error) { return peek(ctx, g.addr) }
+
+// AdminAddr waits until the admin server listens (GATEWAY_ADMIN_ADDR, which
+// may be port 0) and returns its address.
+func (g *Gateway) AdminAddr(ctx context.Context) (string, error) { return peek(ctx, g.admin) }
+
+// peek reads the value c holds and puts it back for the next reader.
+func peek(ctx context.Context, c chan string) (string, error) {
 	select {
-	case a := <-g.addr:
-		g.addr <- a
+	case a := <-c:
+		c <- a
 		return a, nil
 	case <-ctx.Done():
 		return "", ctx.Err()
@@ -165,7 +173,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	bg.Go(func() error { return g.recounter.Run(bgCtx) })
 	bg.Go(func() error { return g.devices.Run(bgCtx) })
 	bg.Go(func() error {
-		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz, Routes: g.adminRoutes(), Log: g.log}).Run(bgCtx)
+		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz, Routes: g.adminRoutes(), Log: g.log,
+			Bound: func(a string) { g.admin <- a }}).Run(bgCtx)
 	})
 
 	// Accept clients only once pushed batches can reach this gateway: a

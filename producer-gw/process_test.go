@@ -136,7 +136,6 @@ func waitExit(t *testing.T, p *proc.Proc) {
 	}
 }
 
-func freeAddr(t testing.TB) string { return proc.FreeAddr(t) }
 
 // TestShutdownAnswersInFlight: a send waiting for its seq when shutdown
 // starts is answered (here "accepted": no sequencer runs) before the

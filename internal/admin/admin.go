@@ -36,6 +36,9 @@ type Server struct {
 	// ("addr"): with port 0 in Addr the kernel picks a free port, and the
 	// line is how a supervisor (or a test) learns which.
 	Log *slog.Logger
+	// Bound, when set, is called with the bound address once the server
+	// listens (an in-process caller's way to learn a port 0's port).
+	Bound func(addr string)
 }
 
 // Handler returns the admin routes.
@@ -77,6 +80,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.Log != nil {
 		s.Log.Info("admin listening", "addr", ln.Addr().String())
+	}
+	if s.Bound != nil {
+		s.Bound(ln.Addr().String())
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
