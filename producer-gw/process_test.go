@@ -136,7 +136,6 @@ func waitExit(t *testing.T, p *proc.Proc) {
 	}
 }
 
-
 // TestShutdownAnswersInFlight: a send waiting for its seq when shutdown
 // starts is answered (here "accepted": no sequencer runs) before the
 // socket closes with 1012, and a command after the drain began is refused

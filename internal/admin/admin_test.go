@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,8 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,33 +57,21 @@ func TestRoutes(t *testing.T) {
 	}
 }
 
-// syncBuf is a bytes.Buffer safe for the server's goroutine and the test.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRunLogsTheBoundAddress: with port 0 the kernel picks the port, and
-// the "admin listening" line names the one it serves on.
+// the "admin listening" line and the Bound hook name the one it serves on.
 func TestRunLogsTheBoundAddress(t *testing.T) {
-	var buf syncBuf
+	// A file, not a buffer: the server's goroutine writes while the test reads.
+	logPath := filepath.Join(t.TempDir(), "admin.log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
+	errc, bound := make(chan error, 1), make(chan string, 1)
 	go func() {
 		errc <- (&Server{Addr: "127.0.0.1:0", Reg: prometheus.NewRegistry(),
-			Log: slog.New(slog.NewJSONHandler(&buf, nil))}).Run(ctx)
+			Log: slog.New(slog.NewJSONHandler(f, nil)), Bound: func(a string) { bound <- a }}).Run(ctx)
 	}()
 	defer func() {
 		cancel()
@@ -93,13 +81,17 @@ func TestRunLogsTheBoundAddress(t *testing.T) {
 	}()
 	var rec struct{ Msg, Addr string }
 	for deadline := time.Now().Add(5 * time.Second); rec.Addr == ""; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(logPath)
 		if time.Now().After(deadline) {
-			t.Fatalf("no address logged: %q", buf.String())
+			t.Fatalf("no address logged: %q", b)
 		}
-		_ = json.Unmarshal([]byte(buf.String()), &rec)
+		_ = json.Unmarshal(b, &rec)
 	}
 	if rec.Msg != "admin listening" || strings.HasSuffix(rec.Addr, ":0") {
 		t.Fatalf("logged %+v, want admin listening on the bound port", rec)
+	}
+	if b := <-bound; b != rec.Addr {
+		t.Fatalf("Bound got %s, the log says %s", b, rec.Addr)
 	}
 	resp, err := http.Get("http://" + rec.Addr + "/healthz")
 	if err != nil {
