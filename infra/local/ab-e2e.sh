@@ -15,7 +15,9 @@
 # NAME=value) are added to the environment of each side's runs (seqbench
 # hands its environment to the services it starts). RUNS defaults to 3.
 # SEQBENCH_* settings are passed through (e.g. SEQBENCH_E2E_DURATION,
-# SEQBENCH_E2E_MAX=false for the paced runs only). Needs the local stack up
+# SEQBENCH_E2E_MAX=false for the paced runs only). AB_NEW_PHASES=e2e,floor
+# runs the floor phase after e2e on the new side in each round (the floor's
+# keys are nan on the base side). Needs the local stack up
 # (infra/local/stack.sh up).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,16 +49,21 @@ keys=(e2e_max_msgs_per_s e2e_ack_p50_ms e2e_ack_p99_ms e2e_deliver_p50_ms e2e_de
   e2e_paced_machine_busy_pct e2e_paced_cpu_ms_per_1k_kafka e2e_paced_cpu_ms_per_1k_gateway
   e2e_paced_cpu_ms_per_1k_loadgen e2e_paced_cpu_ms_per_1k_persister e2e_paced_cpu_ms_per_1k_postgres
   e2e_paced_cpu_ms_per_1k_sequencer e2e_paced_cpu_ms_per_1k_pusher e2e_paced_cpu_ms_per_1k_redis e2e_paced_cpu_ms_per_1k_total)
+new_phases=${AB_NEW_PHASES:-e2e}
+if [[ ,$new_phases, == *,floor,* ]]; then
+  keys+=(floor_cpu_ms_per_1k_total floor_cpu_ms_per_1k_kafka floor_cpu_ms_per_1k_server floor_cpu_ms_per_1k_clients
+    floor_machine_busy_pct floor_ack_p50_ms floor_ack_p99_ms floor_deliver_p99_ms floor_deliver_p999_ms)
+fi
 declare -A vals=()
 [ "$base" = tree ] && base=HEAD
 echo "base $(git -C "$root" rev-parse --short "$base") ${AB_BASE_ENV:-} vs working tree ${AB_NEW_ENV:-} ($(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo ' + changes')), $runs runs each, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq "$runs"); do
   for side in base new; do
-    dir=$root env=${AB_NEW_ENV:-} bench=$work/seqbench
-    [ "$side" = base ] && dir=$basedir env=${AB_BASE_ENV:-} bench=$basebench
+    dir=$root env=${AB_NEW_ENV:-} bench=$work/seqbench phases=$new_phases
+    [ "$side" = base ] && dir=$basedir env=${AB_BASE_ENV:-} bench=$basebench phases=e2e
     json=$work/$side-$i.json
     # shellcheck disable=SC2086 # NAME=value words
-    (cd "$dir" && env $env SEQBENCH_PHASES=e2e SEQBENCH_DOC= SEQBENCH_ROOT="$dir" SEQBENCH_JSON="$json" \
+    (cd "$dir" && env $env SEQBENCH_PHASES="$phases" SEQBENCH_DOC= SEQBENCH_ROOT="$dir" SEQBENCH_JSON="$json" \
       timeout 600 "$bench" >"$work/$side-$i.log" 2>&1) || { echo "run $i $side failed:"; tail -5 "$work/$side-$i.log"; exit 1; }
     ab_record "$side" "$json" "  run $i $side:"
     # the paced runs' counters (sequencer transactions, receipts, ...) from seqbench's log
