@@ -283,10 +283,10 @@ func Summary(r *Results) string {
 		}
 		return "n/a"
 	}
-	s := fmt.Sprintf("bench: e2e %s msg/s, ack p99 %s ms, deliver p99 %s ms, sequencer %s msg/s, persister %s rows/s, idle %s conns at %s B/conn, fanout p99 %s ms, replay topic %s events/s, export %s events/s, ack p99 during a replay × %s; targets met %d, missed %d, not measured %d",
+	s := fmt.Sprintf("bench: e2e %s msg/s, ack p99 %s ms, deliver p99 %s ms, sequencer %s msg/s, persister %s rows/s, idle %s conns at %s B/conn, fanout p99 %s ms, replay topic %s events/s, export %s events/s, ack p99 during a replay × %s, e2e CPU per message × %s the floor's; targets met %d, missed %d, not measured %d",
 		get("e2e_max_msgs_per_s"), get("e2e_ack_p99_ms"), get("e2e_deliver_p99_ms"), get("sequencer_msgs_per_s"),
 		get("persister_rows_per_s"), get("idle_conns"), get("gateway_rss_bytes_per_conn"), get("fanout_10k_deliver_p99_ms"),
-		get("replay_topic_events_per_s"), get("export_events_per_s"), get("e2e_ack_p99_replay_ratio"),
+		get("replay_topic_events_per_s"), get("export_events_per_s"), get("e2e_ack_p99_replay_ratio"), get("e2e_cpu_over_floor"),
 		met, missed, unmeasured)
 	if len(misses) > 0 {
 		s += " (missed: " + strings.Join(misses, ", ") + ")"

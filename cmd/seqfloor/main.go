@@ -22,8 +22,8 @@
 //     pusher) writes the event frame to the recipient's connection and
 //     commits its offsets after.
 //
-// Configuration (environment): SEQFLOOR_ADDR (the WebSocket endpoint /ws
-// and /readyz; port 0 takes any, logged as "floor listening"),
+// Configuration (environment): SEQFLOOR_ADDR (the WebSocket endpoint /ws,
+// /readyz and /debug/pprof/; port 0 takes any, logged as "floor listening"),
 // SEQFLOW_KAFKA_BROKERS, SEQFLOW_TOPIC_PREFIX (the uplink and sequenced
 // topics, created by the caller), SEQFLOOR_GROUP (the prefix of its two
 // consumer groups and its transactional ID), SEQFLOOR_TXN_FLOOR (12ms),
@@ -37,6 +37,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -163,6 +164,8 @@ func (f *Floor) Run(ctx context.Context) error {
 	f.log.Info("floor listening", "addr", ln.Addr().String())
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ws", f.serveWS)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !f.seqReady.Load() || !f.pushRdy.Load() {
 			http.Error(w, "partitions not assigned yet", http.StatusServiceUnavailable)

@@ -9,10 +9,10 @@
 # write(2)-like calls, sockets included) of every process named below
 # before and after SECONDS, and prints the change per second, summed by
 # process name: java is the broker(s), seqbench the load generator and
-# its SDK clients.
+# its SDK clients (or the floor's clients; cmd-seqfloor is the floor's server).
 set -euo pipefail
 secs=${1:-30}
-names='producer-gw|seqbench|sequencer|pusher|persister|java|postgres|redis-server'
+names='producer-gw|seqbench|cmd-seqfloor|sequencer|pusher|persister|java|postgres|redis-server'
 snap() {
   for p in /proc/[0-9]*; do
     n=$(cat "$p/comm" 2>/dev/null) || continue
