@@ -5,16 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
-	"github.com/go-json-experiment/json"
-
+	"github.com/seqflow/seqflow/internal/testkit/floor"
 	"github.com/seqflow/seqflow/internal/testkit/proc"
 )
 
@@ -62,25 +56,25 @@ func (b *Bench) floor(ctx context.Context, r *Results) error {
 		return &ServiceError{Service: p.Name, Log: p.Log, Err: err}
 	}
 
-	fc, err := dialFloor(ctx, "ws://"+addr+"/ws", b.cfg.E2EUsers)
+	fc, err := floor.Dial(ctx, "ws://"+addr+"/ws", b.cfg.E2EUsers)
 	if err != nil {
 		return err
 	}
-	defer fc.close()
+	defer fc.Close()
 	src := fmt.Sprintf("go tool task bench (cmd/seqbench floor: cmd/seqfloor, %d users, %d direct sessions, 200-byte bodies, %s, paced at %d msg/s",
 		b.cfg.E2EUsers, b.cfg.E2EUsers/2, b.cfg.E2EDuration, b.cfg.FixedRate)
 	if b.cfg.E2EWarmup > 0 {
-		rep := fc.run(ctx, float64(b.cfg.FixedRate), b.cfg.E2EWarmup)
-		b.log.Info("floor warm-up done, not measured", "seconds", b.cfg.E2EWarmup.Seconds(), "acked", rep.acked)
+		rep := fc.Run(ctx, float64(b.cfg.FixedRate), b.cfg.E2EWarmup)
+		b.log.Info("floor warm-up done, not measured", "seconds", b.cfg.E2EWarmup.Seconds(), "acked", rep.Acked)
 	}
 	named := map[int]string{os.Getpid(): "seqbench (floor clients)", p.Pid(): "seqfloor"}
 	cpu0 := takeCPU(named)
-	var reps []floorReport
+	var reps []floorRun
 	var acked int64
 	for range b.cfg.PacedRuns {
-		rep := fc.run(ctx, float64(b.cfg.FixedRate), b.cfg.E2EDuration)
-		reps = append(reps, rep)
-		acked += rep.acked
+		rep := fc.Run(ctx, float64(b.cfg.FixedRate), b.cfg.E2EDuration)
+		reps = append(reps, newFloorRun(rep))
+		acked += rep.Acked
 		if ctx.Err() != nil {
 			break
 		}
@@ -103,17 +97,17 @@ func (b *Bench) floor(ctx context.Context, r *Results) error {
 		r.set("e2e_cpu_over_floor", e2e/r.Values["floor_cpu_ms_per_1k_total"],
 			"go tool task bench: e2e_paced_cpu_ms_per_1k_total / floor_cpu_ms_per_1k_total of the same run")
 	}
-	med := func(f func(floorReport) float64) float64 { return median(reps, f) }
-	r.set("floor_ack_p50_ms", med(func(x floorReport) float64 { return x.ack(0.5) }), fsrc)
-	r.set("floor_ack_p99_ms", med(func(x floorReport) float64 { return x.ack(0.99) }), fsrc)
-	r.set("floor_deliver_p50_ms", med(func(x floorReport) float64 { return x.deliver(0.5) }), fsrc)
-	r.set("floor_deliver_p99_ms", med(func(x floorReport) float64 { return x.deliver(0.99) }), fsrc)
-	r.set("floor_deliver_p999_ms", med(func(x floorReport) float64 { return x.deliver(0.999) }), fsrc)
+	med := func(f func(floorRun) float64) float64 { return median(reps, f) }
+	r.set("floor_ack_p50_ms", med(func(x floorRun) float64 { return x.ack(0.5) }), fsrc)
+	r.set("floor_ack_p99_ms", med(func(x floorRun) float64 { return x.ack(0.99) }), fsrc)
+	r.set("floor_deliver_p50_ms", med(func(x floorRun) float64 { return x.deliver(0.5) }), fsrc)
+	r.set("floor_deliver_p99_ms", med(func(x floorRun) float64 { return x.deliver(0.99) }), fsrc)
+	r.set("floor_deliver_p999_ms", med(func(x floorRun) float64 { return x.deliver(0.999) }), fsrc)
 	var lost int64
 	var rows []string
 	for i, x := range reps {
-		lost += x.sent - min(x.acked, x.delivered)
-		rows = append(rows, fmt.Sprintf("| %d | %d | %d | %d | %.1f / %.1f | %.1f / %.1f / %.1f |", i+1, x.sent, x.acked, x.delivered,
+		lost += x.Sent - min(x.Acked, x.Delivered)
+		rows = append(rows, fmt.Sprintf("| %d | %d | %d | %d | %.1f / %.1f | %.1f / %.1f / %.1f |", i+1, x.Sent, x.Acked, x.Delivered,
 			x.ack(0.5), x.ack(0.99), x.deliver(0.5), x.deliver(0.99), x.deliver(0.999)))
 	}
 	r.set("floor_lost", float64(lost), fsrc)
@@ -143,150 +137,13 @@ CPU during the paced runs:
 	return nil
 }
 
-// floorFrame is any frame of cmd/seqfloor's protocol, read by the clients.
-type floorFrame struct {
-	T      string `json:"t"`
-	ID     string `json:"id"`
-	Seq    int64  `json:"seq"`
-	SentNs int64  `json:"sent_ns"`
+// floorRun is a paced run of the floor's clients with its quantile
+// functions.
+type floorRun struct {
+	floor.Report
+	ack, deliver func(q float64) float64
 }
 
-// floorSend is the clients' frame (cmd/seqfloor's Send).
-type floorSend struct {
-	T       string `json:"t"`
-	ID      string `json:"id"`
-	Session string `json:"session"`
-	To      int    `json:"to"`
-	Body    string `json:"body"`
-	SentNs  int64  `json:"sent_ns"`
-}
-
-// floorClients are the floor's users, one connection each; user 2i and
-// 2i+1 share session i.
-type floorClients struct {
-	conns []*websocket.Conn
-	cur   atomic.Pointer[floorCollect]
-	wg    sync.WaitGroup
-	stop  context.CancelFunc
-}
-
-// floorCollect is one run's counts and latencies, in ms from the
-// scheduled send.
-type floorCollect struct {
-	mu               sync.Mutex
-	pending          map[string]time.Time
-	ackMs, deliverMs []float64
-	delivered        int64
-}
-
-type floorReport struct {
-	sent, acked, delivered int64
-	ack, deliver           func(q float64) float64
-}
-
-func dialFloor(ctx context.Context, url string, users int) (*floorClients, error) {
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	fc := &floorClients{stop: cancel}
-	for u := range users {
-		ws, _, err := websocket.Dial(ctx, url+"?user="+strconv.Itoa(u), nil)
-		if err != nil {
-			fc.close()
-			return nil, fmt.Errorf("floor: dial user %d: %w", u, err)
-		}
-		fc.conns = append(fc.conns, ws)
-		fc.wg.Go(func() { fc.read(rctx, ws) })
-	}
-	return fc, nil
-}
-
-func (fc *floorClients) close() {
-	fc.stop()
-	for _, ws := range fc.conns {
-		ws.CloseNow()
-	}
-	fc.wg.Wait()
-}
-
-// read dispatches a connection's frames to the current run.
-func (fc *floorClients) read(ctx context.Context, ws *websocket.Conn) {
-	for {
-		_, b, err := ws.Read(ctx)
-		if err != nil {
-			return
-		}
-		now := time.Now()
-		var f floorFrame
-		if json.Unmarshal(b, &f) != nil {
-			continue
-		}
-		c := fc.cur.Load()
-		if c == nil {
-			continue
-		}
-		c.mu.Lock()
-		switch f.T {
-		case "ack":
-			if at, ok := c.pending[f.ID]; ok {
-				delete(c.pending, f.ID)
-				c.ackMs = append(c.ackMs, ms(now.Sub(at)))
-			}
-		case "event":
-			c.delivered++
-			c.deliverMs = append(c.deliverMs, ms(now.Sub(time.Unix(0, f.SentNs))))
-		}
-		c.mu.Unlock()
-	}
-}
-
-// run sends at rate for d, each user every len(conns)/rate seconds (the
-// users staggered), then waits up to 5 s for the ACKs and events.
-func (fc *floorClients) run(ctx context.Context, rate float64, d time.Duration) floorReport {
-	c := &floorCollect{pending: map[string]time.Time{}}
-	fc.cur.Store(c)
-	n := len(fc.conns)
-	every := time.Duration(float64(n) / rate * float64(time.Second))
-	start := time.Now().Add(50 * time.Millisecond)
-	end := start.Add(d)
-	var sent atomic.Int64
-	var wg sync.WaitGroup
-	body := strings.Repeat("x", 200)
-	for u, ws := range fc.conns {
-		wg.Go(func() {
-			peer := u ^ 1
-			sess := "floor-" + strconv.Itoa(u/2)
-			for k := 0; ; k++ {
-				at := start.Add(every*time.Duration(u)/time.Duration(n) + every*time.Duration(k))
-				if at.After(end) || ctx.Err() != nil {
-					return
-				}
-				time.Sleep(time.Until(at))
-				id := strconv.Itoa(u) + "-" + strconv.Itoa(k)
-				frame, _ := json.Marshal(floorSend{T: "send", ID: id, Session: sess, To: peer, Body: body, SentNs: at.UnixNano()})
-				c.mu.Lock()
-				c.pending[id] = at
-				c.mu.Unlock()
-				if ws.Write(ctx, websocket.MessageText, frame) != nil {
-					c.mu.Lock()
-					delete(c.pending, id)
-					c.mu.Unlock()
-					return
-				}
-				sent.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
-		c.mu.Lock()
-		done := len(c.pending) == 0 && c.delivered >= sent.Load()
-		c.mu.Unlock()
-		if done {
-			break
-		}
-	}
-	fc.cur.Store(nil)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return floorReport{sent: sent.Load(), acked: int64(len(c.ackMs)), delivered: c.delivered,
-		ack: quantiles(slices.Clone(c.ackMs)), deliver: quantiles(slices.Clone(c.deliverMs))}
+func newFloorRun(r floor.Report) floorRun {
+	return floorRun{Report: r, ack: quantiles(r.AckMs), deliver: quantiles(r.DeliverMs)}
 }

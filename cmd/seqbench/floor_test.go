@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/testkit/floor"
 	"github.com/seqflow/seqflow/internal/testkit/proc"
 	"github.com/seqflow/seqflow/internal/testkit/stack"
 )
@@ -48,17 +49,17 @@ func TestFloorAcksAndDeliversEveryMessage(t *testing.T) {
 	if err := p.WaitReady(ctx); err != nil {
 		t.Fatalf("seqfloor not ready: %v (log %s)", err, p.Log)
 	}
-	fc, err := dialFloor(ctx, "ws://"+addr+"/ws", 6)
+	fc, err := floor.Dial(ctx, "ws://"+addr+"/ws", 6)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fc.close()
-	rep := fc.run(ctx, 120, 2*time.Second)
-	if rep.sent < 200 {
-		t.Fatalf("sent %d messages in 2 s at 120/s, want about 240", rep.sent)
+	defer fc.Close()
+	rep := newFloorRun(fc.Run(ctx, 120, 2*time.Second))
+	if rep.Sent < 200 {
+		t.Fatalf("sent %d messages in 2 s at 120/s, want about 240", rep.Sent)
 	}
-	if rep.acked != rep.sent || rep.delivered != rep.sent {
-		t.Fatalf("sent %d, acked %d, delivered %d: want every message acked and delivered once (log %s)", rep.sent, rep.acked, rep.delivered, p.Log)
+	if rep.Acked != rep.Sent || rep.Delivered != rep.Sent {
+		t.Fatalf("sent %d, acked %d, delivered %d: want every message acked and delivered once (log %s)", rep.Sent, rep.Acked, rep.Delivered, p.Log)
 	}
 	if rep.ack(0.5) <= 0 || rep.deliver(0.99) < rep.deliver(0.5) {
 		t.Fatalf("latencies: ack p50 %.2f ms, deliver p50 %.2f p99 %.2f", rep.ack(0.5), rep.deliver(0.5), rep.deliver(0.99))

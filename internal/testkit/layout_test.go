@@ -2,7 +2,8 @@
 // the process launcher (proc), the local stack finder (stack), the
 // whole-pipeline harness for SDK tests (clienttest), the push-transport
 // conformance suite (deliverytest), the guarantee checker of the log
-// (logcheck) and the reliability suite (chaos, run by cmd/seqchaos).
+// (logcheck), the reliability suite (chaos, run by cmd/seqchaos) and the
+// benchmark's floor (floor, run by cmd/seqfloor and cmd/seqbench).
 //
 // This file holds the rules that keep the two apart, checked on the
 // import graph that `go list` reports.
@@ -44,7 +45,7 @@ func listPackages(t *testing.T) []pkg {
 }
 
 // testTools are the commands built on the test kit: they may import it.
-var testTools = []string{module + "/cmd/seqchaos", module + "/cmd/seqbench"}
+var testTools = []string{module + "/cmd/seqchaos", module + "/cmd/seqbench", module + "/cmd/seqfloor"}
 
 func inTestKit(path string) bool {
 	return path == module+"/internal/testkit" || strings.HasPrefix(path, module+"/internal/testkit/")

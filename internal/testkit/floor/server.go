@@ -1,0 +1,375 @@
+// Package floor is the floor the benchmark holds seqflow's cost
+// against: a message's path through Kafka with the same guarantees and
+// the same WebSocket library, and nothing else. It is a measuring
+// instrument of cmd/seqbench (its floor phase, the server run as
+// cmd/seqfloor, the clients in seqbench), not a product: it keeps
+// seqs in memory, has no store, no dedup, no presence, no receipts, no
+// auth, no retries, and forgets everything when it stops.
+//
+// What a message does in it, with the settings of the services:
+//
+//   - a WebSocket frame {"t":"send"} arrives (github.com/coder/websocket,
+//     JSON by github.com/go-json-experiment/json, as producer-gw);
+//   - it is produced to the uplink topic keyed by its session: acks=all,
+//     idempotent, snappy, a 2 ms linger (producer-gw's defaults);
+//   - one transactional consumer (a GroupTransactSession, read_committed,
+//     offsets in the transaction, SEQFLOOR_TXN_FLOOR between two
+//     transactions' polls, as the sequencer) gives it the next seq of its
+//     session and produces the event to the sequenced topic's same
+//     partition; once the transaction has committed it writes the ACK
+//     frame to the sender's connection (the sequencer's direct ACK, here
+//     without the hop between processes);
+//   - one read_committed consumer group of the sequenced topic (the
+//     pusher) writes the event frame to the recipient's connection and
+//     commits its offsets after.
+//
+// Configuration (environment): SEQFLOOR_ADDR (the WebSocket endpoint /ws,
+// /readyz and /debug/pprof/; port 0 takes any, logged as "floor listening"),
+// SEQFLOW_KAFKA_BROKERS, SEQFLOW_TOPIC_PREFIX (the uplink and sequenced
+// topics, created by the caller), SEQFLOOR_GROUP (the prefix of its two
+// consumer groups and its transactional ID), SEQFLOOR_TXN_FLOOR (12ms),
+// SEQFLOOR_PRODUCE_LINGER (2ms).
+package floor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/go-json-experiment/json"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/eventlog"
+)
+
+// Config is the server's configuration; see the package doc.
+type Config struct {
+	Addr     string
+	Brokers  []string
+	Topics   eventlog.Topics
+	Group    string
+	TxnFloor time.Duration
+	Linger   time.Duration
+}
+
+// LoadConfig reads Config from e.
+func LoadConfig(e *config.Env) (Config, error) {
+	c := Config{
+		Addr:     e.String("SEQFLOOR_ADDR", "127.0.0.1:0"),
+		Brokers:  e.List("SEQFLOW_KAFKA_BROKERS", []string{"127.0.0.1:19092"}),
+		Topics:   eventlog.Names(e.String("SEQFLOW_TOPIC_PREFIX", "")),
+		Group:    e.String("SEQFLOOR_GROUP", "seqfloor"),
+		TxnFloor: e.Duration("SEQFLOOR_TXN_FLOOR", 12*time.Millisecond, 0, time.Second),
+		Linger:   e.Duration("SEQFLOOR_PRODUCE_LINGER", 2*time.Millisecond, 0, time.Second),
+	}
+	return c, e.Err()
+}
+
+// Frames of the floor's protocol, JSON over WebSocket. Send is the
+// clients'; Ack and Event are the server's.
+type (
+	Send struct {
+		T       string `json:"t"`
+		ID      string `json:"id"`
+		Session string `json:"session"`
+		To      int    `json:"to"`
+		Body    string `json:"body"`
+		SentNs  int64  `json:"sent_ns"`
+	}
+	Ack struct {
+		T   string `json:"t"`
+		ID  string `json:"id"`
+		Seq int64  `json:"seq"`
+	}
+	Event struct {
+		T       string `json:"t"`
+		Session string `json:"session"`
+		Seq     int64  `json:"seq"`
+		From    int    `json:"from"`
+		ID      string `json:"id"`
+		Body    string `json:"body"`
+		SentNs  int64  `json:"sent_ns"`
+	}
+)
+
+// uplink is the uplink and sequenced record's value.
+type uplink struct {
+	From    int    `json:"from"`
+	To      int    `json:"to"`
+	ID      string `json:"id"`
+	Body    string `json:"body"`
+	SentNs  int64  `json:"sent_ns"`
+	Session string `json:"session"`
+	Seq     int64  `json:"seq,omitempty"`
+}
+
+// Server is the floor's server: its connections by user and its Kafka
+// clients. Make one with New.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex
+	conns map[int]*conn
+
+	prod     *kgo.Client
+	seqReady atomic.Bool
+	pushRdy  atomic.Bool
+}
+
+// conn is one WebSocket connection and the frames queued for it.
+type conn struct {
+	ws *websocket.Conn
+	q  chan []byte
+}
+
+// New returns a server of cfg that logs to log.
+func New(cfg Config, log *slog.Logger) *Server {
+	return &Server{cfg: cfg, log: log, conns: map[int]*conn{}}
+}
+
+// Run serves until ctx ends or a part fails.
+func (s *Server) Run(ctx context.Context) error {
+	prod, err := kgo.NewClient(append(eventlog.ClientOpts(s.cfg.Brokers, "seqfloor-gw"),
+		append(eventlog.ProducerOpts(), kgo.DefaultProduceTopic(s.cfg.Topics.Uplink), kgo.ProducerLinger(s.cfg.Linger))...)...)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	s.prod = prod
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return err
+	}
+	s.log.Info("floor listening", "addr", ln.Addr().String())
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws", s.serveWS)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.seqReady.Load() || !s.pushRdy.Load() {
+			http.Error(w, "partitions not assigned yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	wg.Go(func() { cancel(fmt.Errorf("sequencer: %w", s.sequence(ctx))) })
+	wg.Go(func() { cancel(fmt.Errorf("pusher: %w", s.push(ctx))) })
+	wg.Go(func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			cancel(err)
+		}
+	})
+	<-ctx.Done()
+	srv.Close()
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
+	user, err := strconv.Atoi(r.URL.Query().Get("user"))
+	if err != nil {
+		http.Error(w, "user: want an integer", http.StatusBadRequest)
+		return
+	}
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	c := &conn{ws: ws, q: make(chan []byte, 512)}
+	s.mu.Lock()
+	s.conns[user] = c
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case b := <-c.q:
+				if ws.Write(ctx, websocket.MessageText, b) != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	defer func() {
+		s.mu.Lock()
+		if s.conns[user] == c {
+			delete(s.conns, user)
+		}
+		s.mu.Unlock()
+		ws.CloseNow()
+	}()
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			return
+		}
+		var m Send
+		if err := json.Unmarshal(b, &m); err != nil || m.T != "send" {
+			s.log.Warn("bad frame", "user", user, "err", err)
+			continue
+		}
+		v, _ := json.Marshal(uplink{From: user, To: m.To, ID: m.ID, Body: m.Body, SentNs: m.SentNs, Session: m.Session})
+		s.prod.Produce(ctx, &kgo.Record{Key: []byte(m.Session), Value: v}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				s.log.Warn("uplink produce", "err", err)
+			}
+		})
+	}
+}
+
+// send queues a frame for user; a full queue or an absent user drops it
+// (the client counts what never came).
+func (s *Server) send(user int, v any) {
+	s.mu.Lock()
+	c := s.conns[user]
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	b, _ := json.Marshal(v)
+	select {
+	case c.q <- b:
+	default:
+	}
+}
+
+// sequence is the sequencer: poll, wait out the floor, one transaction
+// for the batch, then the ACKs.
+func (s *Server) sequence(ctx context.Context) error {
+	sess, err := kgo.NewGroupTransactSession(append(eventlog.ClientOpts(s.cfg.Brokers, "seqfloor-seq"),
+		kgo.TransactionalID(s.cfg.Group+"-txn"),
+		kgo.TransactionTimeout(10*time.Second),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		eventlog.Compression(),
+		kgo.ProducerLinger(0),
+		kgo.ManualFlushing(),
+		kgo.MaxBufferedRecords(10_000),
+		kgo.ConsumerGroup(s.cfg.Group+"-seq"),
+		kgo.ConsumeTopics(s.cfg.Topics.Uplink),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { s.seqReady.Store(true) }),
+	)...)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	seqs := map[string]int64{}
+	var prev time.Time
+	for {
+		fs := sess.PollRecords(ctx, 5000)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if wait := time.Until(prev.Add(s.cfg.TxnFloor)); fs.NumRecords() > 0 && !prev.IsZero() && wait > 0 {
+			time.Sleep(wait)
+			for range 2 { // the fetch buffered during the wait, then the one its taking sends
+				wctx, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
+				more := sess.PollRecords(wctx, 5000)
+				cancel()
+				if more.NumRecords() == 0 {
+					break
+				}
+				fs = append(fs, more...)
+			}
+		}
+		if err := fs.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		if fs.NumRecords() == 0 {
+			sess.AllowRebalance()
+			continue
+		}
+		prev = time.Now()
+		if err := sess.Begin(); err != nil {
+			return err
+		}
+		var acks []uplink
+		fs.EachRecord(func(r *kgo.Record) {
+			var u uplink
+			if json.Unmarshal(r.Value, &u) != nil {
+				return
+			}
+			seqs[u.Session]++
+			u.Seq = seqs[u.Session]
+			v, _ := json.Marshal(u)
+			sess.Produce(ctx, &kgo.Record{Topic: s.cfg.Topics.Sequenced, Partition: r.Partition, Key: r.Key, Value: v}, nil)
+			acks = append(acks, u)
+		})
+		if err := sess.Client().Flush(ctx); err != nil {
+			return err
+		}
+		committed, err := sess.End(ctx, kgo.TryCommit)
+		if err != nil {
+			return err
+		}
+		sess.AllowRebalance()
+		if !committed {
+			// A rebalance aborted it: the next owner sequences the
+			// records again (the floor keeps no seqs across owners).
+			seqs = map[string]int64{}
+			continue
+		}
+		for _, u := range acks {
+			s.send(u.From, Ack{T: "ack", ID: u.ID, Seq: u.Seq})
+		}
+	}
+}
+
+// push is the pusher: read_committed, one event frame per record, offsets
+// committed after the frames are queued.
+func (s *Server) push(ctx context.Context) error {
+	cl, err := kgo.NewClient(append(eventlog.ClientOpts(s.cfg.Brokers, "seqfloor-push"),
+		kgo.ConsumerGroup(s.cfg.Group+"-push"),
+		kgo.ConsumeTopics(s.cfg.Topics.Sequenced),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(time.Second),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { s.pushRdy.Store(true) }),
+	)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := fs.Err0(); err != nil {
+			return err
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			var u uplink
+			if json.Unmarshal(r.Value, &u) != nil {
+				return
+			}
+			s.send(u.To, Event{T: "event", Session: u.Session, Seq: u.Seq, From: u.From, ID: u.ID, Body: u.Body, SentNs: u.SentNs})
+		})
+		cl.MarkCommitRecords(fs.Records()...)
+		cl.AllowRebalance()
+	}
+}
