@@ -429,144 +429,30 @@ func (s *Sequencer) leaveGroup(member string) {
 	eventlog.LeaveAfterStop(s.log, s.cfg.Brokers, service, s.cfg.Group, s.cfg.InstanceID, member)
 }
 
-// poll returns the next batch and when it was complete. franz-go keeps one
-// fetch per broker buffered and sends the next one only when that one is
-// taken, so a fetch buffered while the previous transaction ran was
-// answered when its first records arrived: it holds the start of that
-// transaction's time, and whatever came after waits at the broker for a
-// whole transaction more. When PollRecords hands over such a buffered
-// fetch without waiting, the fetch that taking it started is waited for
-// up to MergeWait and joined to the batch: the records that arrived during
-// the previous transaction go into this one.
+// poll returns the next batch and when it was complete
+// (eventlog.TxnPoll: the buffered fetch merged with the next, then the
+// transaction floor). With snapshots on, an idle poll returns after the
+// interval, so the changes of the last batches are saved (idleSnapshots)
+// even when no other batch follows them.
 func (s *Sequencer) poll(ctx context.Context, sess *kgo.GroupTransactSession, prev time.Time) (kgo.Fetches, time.Time) {
-	start := time.Now()
-	// With snapshots on, an idle poll returns after the interval, so the
-	// changes of the last batches are saved (idleSnapshots) even when no
-	// other batch follows them.
-	pctx, cancel := ctx, context.CancelFunc(func() {})
+	first, cancel := ctx, context.CancelFunc(func() {})
 	if s.snaps != nil && s.cfg.GroupSnapshotInterval > 0 {
-		pctx, cancel = context.WithTimeout(ctx, s.cfg.GroupSnapshotInterval)
+		first, cancel = context.WithTimeout(ctx, s.cfg.GroupSnapshotInterval)
 	}
-	fetches := sess.PollRecords(pctx, s.cfg.MaxPollRecords)
-	cancel()
-	polled := time.Now()
-	n := fetches.NumRecords()
-	if ctx.Err() != nil || n == 0 || n >= s.cfg.MaxPollRecords {
-		return fetches, polled
-	}
-	if s.cfg.MergeWait > 0 && polled.Sub(start) <= bufferedPoll {
-		mctx, cancel := context.WithTimeout(ctx, s.cfg.MergeWait)
-		more := sess.PollRecords(mctx, s.cfg.MaxPollRecords-n)
-		cancel()
-		if more.NumRecords() == 0 {
-			s.m.merges.WithLabelValues("none").Inc()
-		} else {
-			s.m.merges.WithLabelValues("merged").Inc()
-			fetches, polled, n = mergeFetches(fetches, more), time.Now(), n+more.NumRecords()
-		}
-	}
-	return s.gatherToFloor(ctx, sess, prev, fetches, polled, n)
+	defer cancel()
+	return s.txnPoll().Poll(ctx, first, sess, prev)
 }
 
-// gatherToFloor waits until SEQUENCER_TXN_FLOOR has passed since the
-// previous transaction's poll (prev), then takes the records that came
-// meanwhile and joins them to fetches. It does not poll through the wait:
-// the broker answers a fetch as soon as records arrive, so polling on would
-// take a fetch (a broker request) per uplink produce. Instead the fetch
-// buffered during the wait (answered with the first records that came) is
-// taken at the floor, and the fetch that taking it sends, which the broker
-// answers at once with the rest, is waited for up to floorFetchWait.
-func (s *Sequencer) gatherToFloor(ctx context.Context, sess *kgo.GroupTransactSession, prev time.Time, fetches kgo.Fetches, polled time.Time, n int) (kgo.Fetches, time.Time) {
-	if s.cfg.TxnFloor <= 0 || prev.IsZero() || n >= s.cfg.MaxPollRecords {
-		return fetches, polled
-	}
-	wait := time.Until(prev.Add(s.cfg.TxnFloor))
-	if wait <= 0 {
-		return fetches, polled
-	}
-	t := time.NewTimer(wait)
-	select {
-	case <-ctx.Done():
-		t.Stop()
-		return fetches, polled
-	case <-t.C:
-	}
-	for range 2 { // the buffered fetch, then the one its taking sends
-		start := time.Now()
-		fctx, cancel := context.WithTimeout(ctx, floorFetchWait)
-		more := sess.PollRecords(fctx, s.cfg.MaxPollRecords-n)
-		cancel()
-		// merged even without records: an error other than the wait's
-		// own context error must reach the caller's checks.
-		fetches = mergeFetches(fetches, more)
-		if ctx.Err() != nil || more.NumRecords() == 0 {
-			break
-		}
-		n += more.NumRecords()
-		polled = time.Now()
-		if n >= s.cfg.MaxPollRecords || polled.Sub(start) > bufferedPoll {
-			break // that was the fresh fetch
-		}
-	}
-	return fetches, polled
-}
-
-// floorFetchWait bounds each poll of gatherToFloor: a buffered fetch is
-// handed over at once, and the broker answers the next one within a round
-// trip when records wait for it. Records it misses go into the next
-// transaction.
-const floorFetchWait = 2 * time.Millisecond
-
-// bufferedPoll is how fast a PollRecords that found a fetch already
-// buffered returns, at most.
-const bufferedPoll = time.Millisecond
-
-// mergeFetches joins b after a into one fetch in which each topic
-// partition appears once, its records in offset order (b's records of a
-// partition follow a's), so a partition is one partBatch however many
-// fetches brought it. Context errors of b (its wait ran out) are dropped.
-func mergeFetches(a, b kgo.Fetches) kgo.Fetches {
-	type tp struct {
-		t string
-		p int32
-	}
-	var order []tp
-	parts := map[tp]*kgo.FetchPartition{}
-	add := func(fs kgo.Fetches, late bool) {
-		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if late && len(fp.Records) == 0 && eventlog.IsPollDone(fp.Err) {
-				return
+// txnPoll is the sequencer's way of taking a batch, from its settings.
+func (s *Sequencer) txnPoll() eventlog.TxnPoll {
+	return eventlog.TxnPoll{MaxRecords: s.cfg.MaxPollRecords, MergeWait: s.cfg.MergeWait, Floor: s.cfg.TxnFloor,
+		OnMerge: func(merged bool) {
+			if merged {
+				s.m.merges.WithLabelValues("merged").Inc()
+			} else {
+				s.m.merges.WithLabelValues("none").Inc()
 			}
-			k := tp{fp.Topic, fp.Partition}
-			have := parts[k]
-			if have == nil {
-				c := fp.FetchPartition
-				c.Records = append([]*kgo.Record(nil), fp.Records...)
-				parts[k] = &c
-				order = append(order, k)
-				return
-			}
-			have.Records = append(have.Records, fp.Records...)
-			have.HighWatermark, have.LastStableOffset, have.LogStartOffset = fp.HighWatermark, fp.LastStableOffset, fp.LogStartOffset
-			if fp.Err != nil {
-				have.Err = fp.Err
-			}
-		})
-	}
-	add(a, false)
-	add(b, true)
-	var f kgo.Fetch
-	topic := map[string]int{}
-	for _, k := range order {
-		i, ok := topic[k.t]
-		if !ok {
-			i = len(f.Topics)
-			topic[k.t] = i
-			f.Topics = append(f.Topics, kgo.FetchTopic{Topic: k.t})
-		}
-		f.Topics[i].Partitions = append(f.Topics[i].Partitions, *parts[k])
-	}
-	return kgo.Fetches{f}
+		}}
 }
 
 // transact runs one batch, polled at polled, as one transaction. It

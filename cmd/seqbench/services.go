@@ -209,9 +209,8 @@ func (b *Bench) deleteTopics(prefix string) {
 	_, _ = kadm.NewClient(cl).DeleteTopics(ctx, t.Uplink, t.Sequenced, t.Duplicates, t.Receipts, t.Offline, t.DeadLetter)
 }
 
-// setupTopics creates the prefix's topics, the schema, and applies the
-// migrations in it.
-func (b *Bench) setupTopics(ctx context.Context, prefix, schema string) error {
+// createTopics creates the prefix's topics with the bench's partitions.
+func (b *Bench) createTopics(ctx context.Context, prefix string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...))
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
@@ -219,6 +218,15 @@ func (b *Bench) setupTopics(ctx context.Context, prefix, schema string) error {
 	defer cl.Close()
 	if err := eventlog.EnsureTopics(ctx, kadm.NewClient(cl), eventlog.Specs(eventlog.Names(prefix), int32(b.cfg.Partitions)), 0); err != nil {
 		return fmt.Errorf("create topics: %w", err)
+	}
+	return nil
+}
+
+// setupTopics creates the prefix's topics, the schema, and applies the
+// migrations in it.
+func (b *Bench) setupTopics(ctx context.Context, prefix, schema string) error {
+	if err := b.createTopics(ctx, prefix); err != nil {
+		return err
 	}
 	pool, err := pgxpool.New(ctx, b.cfg.PGURL)
 	if err != nil {

@@ -50,9 +50,11 @@ keys=(e2e_max_msgs_per_s e2e_ack_p50_ms e2e_ack_p99_ms e2e_deliver_p50_ms e2e_de
   e2e_paced_cpu_ms_per_1k_loadgen e2e_paced_cpu_ms_per_1k_persister e2e_paced_cpu_ms_per_1k_postgres
   e2e_paced_cpu_ms_per_1k_sequencer e2e_paced_cpu_ms_per_1k_pusher e2e_paced_cpu_ms_per_1k_redis e2e_paced_cpu_ms_per_1k_total)
 new_phases=${AB_NEW_PHASES:-e2e}
+[[ ,$new_phases, == *,e2e,* ]] || { echo "ab-e2e: AB_NEW_PHASES must include e2e (got $new_phases)" >&2; exit 2; }
 if [[ ,$new_phases, == *,floor,* ]]; then
   keys+=(floor_cpu_ms_per_1k_total floor_cpu_ms_per_1k_kafka floor_cpu_ms_per_1k_server floor_cpu_ms_per_1k_clients
-    floor_machine_busy_pct floor_ack_p50_ms floor_ack_p99_ms floor_deliver_p99_ms floor_deliver_p999_ms)
+    floor_machine_busy_pct floor_ack_p50_ms floor_ack_p99_ms floor_deliver_p50_ms floor_deliver_p99_ms floor_deliver_p999_ms
+    floor_lost floor_harmed)
 fi
 declare -A vals=()
 [ "$base" = tree ] && base=HEAD

@@ -13,14 +13,15 @@
 //   - it is produced to the uplink topic keyed by its session: acks=all,
 //     idempotent, snappy, a 2 ms linger (producer-gw's defaults);
 //   - one transactional consumer (a GroupTransactSession, read_committed,
-//     offsets in the transaction, SEQFLOOR_TXN_FLOOR between two
-//     transactions' polls, as the sequencer) gives it the next seq of its
+//     offsets in the transaction, batches taken as the sequencer takes
+//     them: eventlog.TxnPoll with its merge wait and SEQFLOOR_TXN_FLOOR
+//     between two transactions' polls) gives it the next seq of its
 //     session and produces the event to the sequenced topic's same
 //     partition; once the transaction has committed it writes the ACK
 //     frame to the sender's connection (the sequencer's direct ACK, here
 //     without the hop between processes);
 //   - one read_committed consumer group of the sequenced topic (the
-//     pusher) writes the event frame to the recipient's connection and
+//     pusher) queues the event frame for the recipient's connection and
 //     commits its offsets after.
 //
 // Configuration (environment): SEQFLOOR_ADDR (the WebSocket endpoint /ws,
@@ -263,7 +264,7 @@ func (s *Server) sequence(ctx context.Context) error {
 		eventlog.Compression(),
 		kgo.ProducerLinger(0),
 		kgo.ManualFlushing(),
-		kgo.MaxBufferedRecords(10_000),
+		kgo.MaxBufferedRecords(2*maxBatch),
 		kgo.ConsumerGroup(s.cfg.Group+"-seq"),
 		kgo.ConsumeTopics(s.cfg.Topics.Uplink),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -275,37 +276,29 @@ func (s *Server) sequence(ctx context.Context) error {
 		return err
 	}
 	defer sess.Close()
+	poll := eventlog.TxnPoll{MaxRecords: maxBatch, MergeWait: 5 * time.Millisecond, Floor: s.cfg.TxnFloor}
 	seqs := map[string]int64{}
 	var prev time.Time
 	for {
-		fs := sess.PollRecords(ctx, 5000)
+		fs, polled := poll.Poll(ctx, ctx, sess, prev)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if wait := time.Until(prev.Add(s.cfg.TxnFloor)); fs.NumRecords() > 0 && !prev.IsZero() && wait > 0 {
-			time.Sleep(wait)
-			for range 2 { // the fetch buffered during the wait, then the one its taking sends
-				wctx, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
-				more := sess.PollRecords(wctx, 5000)
-				cancel()
-				if more.NumRecords() == 0 {
-					break
-				}
-				fs = append(fs, more...)
-			}
-		}
-		if err := fs.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err := eventlog.FatalFetch(fs, func(t string, p int32, err error) {
+			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+		}); err != nil {
 			return err
 		}
 		if fs.NumRecords() == 0 {
 			sess.AllowRebalance()
 			continue
 		}
-		prev = time.Now()
+		prev = polled
 		if err := sess.Begin(); err != nil {
 			return err
 		}
 		var acks []uplink
+		var failed atomic.Pointer[error]
 		fs.EachRecord(func(r *kgo.Record) {
 			var u uplink
 			if json.Unmarshal(r.Value, &u) != nil {
@@ -314,21 +307,34 @@ func (s *Server) sequence(ctx context.Context) error {
 			seqs[u.Session]++
 			u.Seq = seqs[u.Session]
 			v, _ := json.Marshal(u)
-			sess.Produce(ctx, &kgo.Record{Topic: s.cfg.Topics.Sequenced, Partition: r.Partition, Key: r.Key, Value: v}, nil)
+			sess.Produce(ctx, &kgo.Record{Topic: s.cfg.Topics.Sequenced, Partition: r.Partition, Key: r.Key, Value: v}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			})
 			acks = append(acks, u)
 		})
 		if err := sess.Client().Flush(ctx); err != nil {
 			return err
 		}
-		committed, err := sess.End(ctx, kgo.TryCommit)
+		how := kgo.TryCommit
+		if failed.Load() != nil {
+			s.log.Warn("produce failed: the transaction is aborted, its uplinks are read again", "err", *failed.Load())
+			how = kgo.TryAbort
+		}
+		committed, err := sess.End(ctx, how)
 		if err != nil {
 			return err
 		}
 		sess.AllowRebalance()
-		if !committed {
-			// A rebalance aborted it: the next owner sequences the
-			// records again (the floor keeps no seqs across owners).
-			seqs = map[string]int64{}
+		if !committed || how == kgo.TryAbort {
+			// Aborted (a rebalance, a failed produce): the batch's
+			// uplinks come again, to this owner or the next, and get
+			// the same seqs from this one (the floor keeps no seqs
+			// across owners).
+			for _, u := range acks {
+				seqs[u.Session]--
+			}
 			continue
 		}
 		for _, u := range acks {
@@ -337,8 +343,14 @@ func (s *Server) sequence(ctx context.Context) error {
 	}
 }
 
-// push is the pusher: read_committed, one event frame per record, offsets
-// committed after the frames are queued.
+// maxBatch is the most uplinks in one transaction (the sequencer's
+// SEQUENCER_MAX_POLL_RECORDS default); the producer buffers twice that.
+const maxBatch = 5000
+
+// push is the pusher: read_committed, one event frame per record queued
+// for its recipient's connection, offsets committed after (a frame for a
+// recipient not connected, or whose queue is full, is dropped: the
+// clients count it as not delivered).
 func (s *Server) push(ctx context.Context) error {
 	cl, err := kgo.NewClient(append(eventlog.ClientOpts(s.cfg.Brokers, "seqfloor-push"),
 		kgo.ConsumerGroup(s.cfg.Group+"-push"),
@@ -359,7 +371,9 @@ func (s *Server) push(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := fs.Err0(); err != nil {
+		if err := eventlog.FatalFetch(fs, func(t string, p int32, err error) {
+			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+		}); err != nil {
 			return err
 		}
 		fs.EachRecord(func(r *kgo.Record) {
