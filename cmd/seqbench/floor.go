@@ -70,6 +70,7 @@ func (b *Bench) floor(ctx context.Context, r *Results) error {
 	}
 	named := map[int]string{os.Getpid(): "seqbench (floor clients)", p.Pid(): "seqfloor"}
 	cpu0 := takeCPU(named)
+	snap0 := floorSnap(ctx, addr)
 	var reps []floorRun
 	var acked int64
 	for range b.cfg.PacedRuns {
@@ -81,6 +82,7 @@ func (b *Bench) floor(ctx context.Context, r *Results) error {
 		}
 	}
 	cpu1 := takeCPU(named)
+	stageRs := floorStages(snap0, floorSnap(ctx, addr))
 	if !p.Running() {
 		return &ServiceError{Service: p.Name, Log: p.Log, Err: fmt.Errorf("exited during the phase: %v", p.Err())}
 	}
@@ -104,6 +106,11 @@ func (b *Bench) floor(ctx context.Context, r *Results) error {
 	r.set("floor_deliver_p50_ms", med(func(x floorRun) float64 { return x.deliver(0.5) }), fsrc)
 	r.set("floor_deliver_p99_ms", med(func(x floorRun) float64 { return x.deliver(0.99) }), fsrc)
 	r.set("floor_deliver_p999_ms", med(func(x floorRun) float64 { return x.deliver(0.999) }), fsrc)
+	for _, st := range stageRs {
+		ssrc := fsrc + ": " + st.metric + " " + st.labels + " of cmd/seqfloor's /metrics before and after the paced runs"
+		r.set("floor_stage_"+st.key+"_p50_ms", st.p50, ssrc)
+		r.set("floor_stage_"+st.key+"_p99_ms", st.p99, ssrc)
+	}
 	var lost, harmed int64
 	var rows []string
 	for i, x := range reps {
@@ -130,10 +137,16 @@ costs on this machine.
 |---|---|---|---|---|---|---|
 %s
 
+Its stages in the paced runs, from the histograms cmd/seqfloor keeps
+under the services' names and buckets (the column "series" names the
+service whose hop it stands for; the floor has no hop between processes,
+so the rows of the push transport and of the direct ACK are absent):
+
+%s
 CPU during the paced runs:
 
 %s
-`, b.cfg.E2EUsers, b.cfg.E2EUsers/2, b.cfg.FixedRate, b.cfg.E2EDuration, b.cfg.E2EWarmup, strings.Join(rows, "\n"), cpuTable(cpu0, cpu1, float64(acked))))
+`, b.cfg.E2EUsers, b.cfg.E2EUsers/2, b.cfg.FixedRate, b.cfg.E2EDuration, b.cfg.E2EWarmup, strings.Join(rows, "\n"), stageTable(stageRs), cpuTable(cpu0, cpu1, float64(acked))))
 	if harmed > 0 {
 		return fmt.Errorf("floor: %d messages not acked or not delivered, %d duplicates, misrouted events or seq errors", lost, harmed-lost)
 	}
@@ -149,4 +162,30 @@ type floorRun struct {
 
 func newFloorRun(r floor.Report) floorRun {
 	return floorRun{Report: r, ack: quantiles(r.AckMs), deliver: quantiles(r.DeliverMs)}
+}
+
+// floorSnap reads cmd/seqfloor's /metrics at addr; an error leaves the
+// snapshot empty (and the phase without its stage rows).
+func floorSnap(ctx context.Context, addr string) map[string]*hist {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	h, _, err := scrapeHistograms(ctx, "http://"+addr+"/metrics")
+	if err != nil {
+		return nil
+	}
+	return h
+}
+
+// floorStages is the stage rows of the floor's histograms between two
+// snapshots: the server keeps each under its service's name, so it
+// stands in for every service of the stage list.
+func floorStages(before, after map[string]*hist) []stageRow {
+	snap := func(h map[string]*hist) metricsSnap {
+		return metricsSnap{"producer-gw": h, "sequencer": h, "pusher": h}
+	}
+	rows := stageRows(snap(before), snap(after))
+	for i := range rows {
+		rows[i].svc = "seqfloor, for " + rows[i].svc
+	}
+	return rows
 }

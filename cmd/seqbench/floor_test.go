@@ -18,7 +18,8 @@ import (
 // (cmd/seqfloor on the stack's Kafka, its clients) for a short paced run:
 // every message sent is ACKed once and delivered once to its recipient,
 // with the seq of its ACK, each session's seqs consecutive, so the bench's
-// floor measures a pipeline that works.
+// floor measures a pipeline that works; and its stage histograms count
+// each message at each hop, so the floor's stage table is of this run.
 func TestFloorAcksAndDeliversEveryMessage(t *testing.T) {
 	st := stack.Require(t, "kafka")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -62,6 +63,7 @@ func TestFloorAcksAndDeliversEveryMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fc.Close()
+	snap0 := floorSnap(ctx, addr)
 	rep := newFloorRun(fc.Run(ctx, 120, 2*time.Second))
 	if rep.Sent < 200 {
 		t.Fatalf("sent %d messages in 2 s at 120/s, want about 240", rep.Sent)
@@ -72,5 +74,21 @@ func TestFloorAcksAndDeliversEveryMessage(t *testing.T) {
 	}
 	if len(rep.AckMs) != int(rep.Acked) || len(rep.DeliverMs) != int(rep.Delivered) || rep.ack(0.5) <= 0 {
 		t.Fatalf("latencies: %d ACK and %d delivery figures for %d and %d messages, ACK p50 %.2f ms", len(rep.AckMs), len(rep.DeliverMs), rep.Acked, rep.Delivered, rep.ack(0.5))
+	}
+	// Per message: the produce, the uplink wait, the ACK, the pusher's
+	// read; per batch: the sequencer's stages (at least one batch).
+	rows := map[string]stageRow{}
+	for _, r := range floorStages(snap0, floorSnap(ctx, addr)) {
+		rows[r.key] = r
+	}
+	for _, key := range []string{"gw_produce", "seq_uplink_wait", "gw_ack", "push_read"} {
+		if got := rows[key].n; got != float64(rep.Sent) {
+			t.Errorf("stage %s counted %.0f messages, want the %d sent", key, got, rep.Sent)
+		}
+	}
+	for _, key := range []string{"seq_prepare", "seq_produce", "seq_commit", "seq_total"} {
+		if r := rows[key]; r.n < 1 || r.n > float64(rep.Sent) || !(r.p50 > 0) {
+			t.Errorf("stage %s: %.0f batches with p50 %.2f ms, want 1..%d batches timed", key, r.n, r.p50, rep.Sent)
+		}
 	}
 }

@@ -24,8 +24,17 @@
 //     pusher) queues the event frame for the recipient's connection and
 //     commits its offsets after.
 //
+// Its /metrics has the services' stage histograms for the hops it has,
+// under the services' names, buckets and labels, so cmd/seqbench puts
+// its stage table beside the pipeline's: the gateway's produce stage
+// (frame arrived → uplink acknowledged) and its ACK (frame arrived → ACK
+// queued), the sequencer's uplink wait (the uplink's record timestamp →
+// returned by a poll) and its per-batch stages (prepare, produce, commit,
+// total), the pusher's read (the event's record timestamp → returned by
+// its poll).
+//
 // Configuration (environment): SEQFLOOR_ADDR (the WebSocket endpoint /ws,
-// /readyz and /debug/pprof/; port 0 takes any, logged as "floor listening"),
+// /metrics, /readyz and /debug/pprof/; port 0 takes any, logged as "floor listening"),
 // SEQFLOW_KAFKA_BROKERS, SEQFLOW_TOPIC_PREFIX (the uplink and sequenced
 // topics, created by the caller), SEQFLOOR_GROUP (the prefix of its two
 // consumer groups and its transactional ID), SEQFLOOR_TXN_FLOOR (12ms),
@@ -47,6 +56,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/go-json-experiment/json"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seqflow/seqflow/internal/config"
@@ -112,6 +123,9 @@ type uplink struct {
 	SentNs  int64  `json:"sent_ns"`
 	Session string `json:"session"`
 	Seq     int64  `json:"seq,omitempty"`
+	// ArrivedNs: when the send frame arrived at the server, for the
+	// ACK's histogram.
+	ArrivedNs int64 `json:"arrived_ns"`
 }
 
 // Server is the floor's server: its connections by user and its Kafka
@@ -126,6 +140,37 @@ type Server struct {
 	prod     *kgo.Client
 	seqReady atomic.Bool
 	pushRdy  atomic.Bool
+	m        *metrics
+}
+
+// metrics are the stage histograms of the services' hops the floor has,
+// each under its service's name, buckets and labels (see the package
+// doc).
+type metrics struct {
+	reg                  *prometheus.Registry
+	gwStage, seqStage    *prometheus.HistogramVec
+	gwAck                *prometheus.HistogramVec
+	uplinkWait, pushRead prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	stage := prometheus.ExponentialBuckets(0.0005, 1.5, 24) // producer-gw's and the sequencer's stages
+	lat := prometheus.ExponentialBuckets(0.0005, 2, 16)     // producer-gw's ACK, the pusher's latencies
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		gwStage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "seqflow_gateway_ack_stage_seconds",
+			Help: "produce: send frame arrived to the uplink acknowledged (acks=all).", Buckets: stage}, []string{"stage"}),
+		gwAck: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "seqflow_gateway_ack_seconds",
+			Help: "Send frame arrived to its ACK queued for the connection.", Buckets: lat}, []string{"status"}),
+		uplinkWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seqflow_sequencer_uplink_wait_seconds",
+			Help: "An uplink's record timestamp to the poll that returned it.", Buckets: stage}),
+		seqStage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "seqflow_sequencer_batch_stage_seconds",
+			Help: "One committed batch: prepare (poll returned to events produced), produce (flush), commit (End), total.", Buckets: stage}, []string{"stage"}),
+		pushRead: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seqflow_pusher_read_latency_seconds",
+			Help: "An event's record timestamp to the pusher's poll that returned it.", Buckets: lat}),
+	}
+	m.reg.MustRegister(m.gwStage, m.gwAck, m.uplinkWait, m.seqStage, m.pushRead)
+	return m
 }
 
 // conn is one WebSocket connection and the frames queued for it.
@@ -136,7 +181,7 @@ type conn struct {
 
 // New returns a server of cfg that logs to log.
 func New(cfg Config, log *slog.Logger) *Server {
-	return &Server{cfg: cfg, log: log, conns: map[int]*conn{}}
+	return &Server{cfg: cfg, log: log, conns: map[int]*conn{}, m: newMetrics()}
 }
 
 // Run serves until ctx ends or a part fails.
@@ -155,6 +200,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("floor listening", "addr", ln.Addr().String())
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ws", s.serveWS)
+	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -223,16 +269,19 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
+		arrived := time.Now()
 		var m Send
 		if err := json.Unmarshal(b, &m); err != nil || m.T != "send" {
 			s.log.Warn("bad frame", "user", user, "err", err)
 			continue
 		}
-		v, _ := json.Marshal(uplink{From: user, To: m.To, ID: m.ID, Body: m.Body, SentNs: m.SentNs, Session: m.Session})
+		v, _ := json.Marshal(uplink{From: user, To: m.To, ID: m.ID, Body: m.Body, SentNs: m.SentNs, Session: m.Session, ArrivedNs: arrived.UnixNano()})
 		s.prod.Produce(ctx, &kgo.Record{Key: []byte(m.Session), Value: v}, func(_ *kgo.Record, err error) {
 			if err != nil {
 				s.log.Warn("uplink produce", "err", err)
+				return
 			}
+			s.m.gwStage.WithLabelValues("produce").Observe(time.Since(arrived).Seconds())
 		})
 	}
 }
@@ -294,12 +343,14 @@ func (s *Server) sequence(ctx context.Context) error {
 			continue
 		}
 		prev = polled
+		got := time.Now()
 		if err := sess.Begin(); err != nil {
 			return err
 		}
 		var acks []uplink
 		var failed atomic.Pointer[error]
 		fs.EachRecord(func(r *kgo.Record) {
+			s.m.uplinkWait.Observe(got.Sub(r.Timestamp).Seconds())
 			var u uplink
 			if json.Unmarshal(r.Value, &u) != nil {
 				return
@@ -314,9 +365,11 @@ func (s *Server) sequence(ctx context.Context) error {
 			})
 			acks = append(acks, u)
 		})
+		prepared := time.Now()
 		if err := sess.Client().Flush(ctx); err != nil {
 			return err
 		}
+		flushed := time.Now()
 		how := kgo.TryCommit
 		if failed.Load() != nil {
 			s.log.Warn("produce failed: the transaction is aborted, its uplinks are read again", "err", *failed.Load())
@@ -326,6 +379,7 @@ func (s *Server) sequence(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		ended := time.Now()
 		sess.AllowRebalance()
 		if !committed || how == kgo.TryAbort {
 			// Aborted (a rebalance, a failed produce): the batch's
@@ -337,8 +391,13 @@ func (s *Server) sequence(ctx context.Context) error {
 			}
 			continue
 		}
+		for stage, d := range map[string]time.Duration{"prepare": prepared.Sub(got), "produce": flushed.Sub(prepared),
+			"commit": ended.Sub(flushed), "total": ended.Sub(got)} {
+			s.m.seqStage.WithLabelValues(stage).Observe(d.Seconds())
+		}
 		for _, u := range acks {
 			s.send(u.From, Ack{T: "ack", ID: u.ID, Seq: u.Seq})
+			s.m.gwAck.WithLabelValues("ok").Observe(time.Since(time.Unix(0, u.ArrivedNs)).Seconds())
 		}
 	}
 }
@@ -376,7 +435,9 @@ func (s *Server) push(ctx context.Context) error {
 		}); err != nil {
 			return err
 		}
+		got := time.Now()
 		fs.EachRecord(func(r *kgo.Record) {
+			s.m.pushRead.Observe(got.Sub(r.Timestamp).Seconds())
 			var u uplink
 			if json.Unmarshal(r.Value, &u) != nil {
 				return
