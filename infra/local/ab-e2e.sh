@@ -49,6 +49,9 @@ keys=(e2e_max_msgs_per_s e2e_ack_p50_ms e2e_ack_p99_ms e2e_deliver_p50_ms e2e_de
   e2e_paced_machine_busy_pct e2e_paced_cpu_ms_per_1k_kafka e2e_paced_cpu_ms_per_1k_gateway
   e2e_paced_cpu_ms_per_1k_loadgen e2e_paced_cpu_ms_per_1k_persister e2e_paced_cpu_ms_per_1k_postgres
   e2e_paced_cpu_ms_per_1k_sequencer e2e_paced_cpu_ms_per_1k_pusher e2e_paced_cpu_ms_per_1k_redis e2e_paced_cpu_ms_per_1k_total)
+# AB_EXTRA_KEYS (space-separated bench.json keys, e.g. e2e_stage_seq_prepare_p99_ms) are reported too.
+# shellcheck disable=SC2206 # key names
+keys+=(${AB_EXTRA_KEYS:-})
 new_phases=${AB_NEW_PHASES:-e2e}
 [[ ,$new_phases, == *,e2e,* ]] || { echo "ab-e2e: AB_NEW_PHASES must include e2e (got $new_phases)" >&2; exit 2; }
 if [[ ,$new_phases, == *,floor,* ]]; then

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# How long the local stack's processes and the services wait for a CPU,
+# while something else drives them (for example a paced run of seqbench):
+#
+#   infra/local/runq.sh [SECONDS]     default 30
+#
+# It reads /proc/<pid>/task/<tid>/schedstat of every thread of every
+# process named below before and after SECONDS (time on a CPU, time
+# runnable but waiting on a run queue, times it was put on a CPU) and
+# prints per second, summed by process name: CPU ms, run-queue wait ms,
+# runs, and the mean wait per run in µs, which is what a wake-up on the
+# path of a message pays before it runs. Threads that start or end within
+# the window are left out. Names as in infra/local/syscalls.sh (java is
+# the broker(s), seqbench the load generator or the floor's clients,
+# cmd-seqfloor the floor's server).
+set -euo pipefail
+secs=${1:-30}
+names='producer-gw|seqbench|cmd-seqfloor|sequencer|pusher|persister|java|postgres|redis-server'
+snap() {
+  for p in /proc/[0-9]*; do
+    n=$(cat "$p/comm" 2>/dev/null) || continue
+    [[ $n =~ ^($names)$ ]] || continue
+    for t in "$p"/task/[0-9]*; do
+      s=$(cat "$t/schedstat" 2>/dev/null) || continue
+      echo "$n/${p#/proc/}/${t##*/} $s"
+    done
+  done | sort
+}
+a=$(snap)
+sleep "$secs"
+b=$(snap)
+printf "%-14s %10s %12s %10s %14s\n" process "cpu ms/s" "runq ms/s" "runs/s" "wait/run µs"
+join <(echo "$a") <(echo "$b") |
+  awk -v s="$secs" '{split($1, k, "/"); n=k[1]; run[n]+=$5-$2; wait[n]+=$6-$3; runs[n]+=$7-$4}
+    END{for (n in run) printf "%-14s %10.1f %12.1f %10.0f %14.0f\n", n, run[n]/1e6/s, wait[n]/1e6/s, runs[n]/s, runs[n] ? wait[n]/1e3/runs[n] : 0}' |
+  sort -k1,1
