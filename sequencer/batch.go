@@ -63,47 +63,8 @@ type batch struct {
 	ended time.Time // when its transaction's End returned, committed
 }
 
-// parallelMin is the fewest records of a batch whose partitions are
-// worked on in parallel (one goroutine each); smaller batches are worked
-// on partition after partition by the loop's own goroutine. At the
-// latency end a batch is a few dozen records: handing its partitions to
-// other goroutines costs more than the work, and on a busy machine the
-// batch waits for the last of them to get a thread and that thread a CPU
-// (docs/benchmarks.md, the floor's stages beside the pipeline's). A
-// partition whose state must be restored first is always worked on in
-// parallel, so restores after an assignment overlap.
-const parallelMin = 512
-
-// eachPart runs f for every partition of b and returns the first error:
-// in parallel when par, else one after the other, stopping at an error.
-func (b *batch) eachPart(ctx context.Context, par bool, f func(ctx context.Context, pb *partBatch) error) error {
-	if !par {
-		for _, pb := range b.parts {
-			if err := f(ctx, pb); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	for _, pb := range b.parts {
-		g.Go(func() error { return f(gctx, pb) })
-	}
-	return g.Wait()
-}
-
-// records is the number of uplink records in b.
-func (b *batch) records() int {
-	n := 0
-	for _, pb := range b.parts {
-		n += len(pb.items)
-	}
-	return n
-}
-
-// prepare decodes and classifies every record, per partition (in
-// parallel for a large batch, see parallelMin), and reserves the
-// segments the batch is short of in one round trip.
+// prepare decodes and classifies every record, per partition in parallel,
+// and reserves the segments the batch is short of in one round trip.
 func (s *Sequencer) prepare(ctx context.Context, fetches kgo.Fetches) (*batch, error) {
 	b := &batch{nowMs: time.Now().UnixMilli()}
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
@@ -115,16 +76,19 @@ func (s *Sequencer) prepare(ctx context.Context, fetches kgo.Fetches) (*batch, e
 			}
 		}
 	})
-	par := b.records() >= parallelMin || !s.live(b.parts)
-	if err := b.eachPart(ctx, par, func(ctx context.Context, pb *partBatch) error {
-		st, err := s.state(ctx, pb.p)
-		if err != nil {
-			return err
-		}
-		pb.st = st
-		pb.classify(s.cfg.MaxUplinkBytes, b.nowMs)
-		return nil
-	}); err != nil {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, pb := range b.parts {
+		g.Go(func() error {
+			st, err := s.state(gctx, pb.p)
+			if err != nil {
+				return err
+			}
+			pb.st = st
+			pb.classify(s.cfg.MaxUplinkBytes, b.nowMs)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
 		b.rewind()
 		return nil, err
 	}
@@ -234,12 +198,13 @@ func (pb *partBatch) classify(maxBytes int, nowMs int64) {
 }
 
 // assign gives every new message its seq and message ID and builds the
-// output records, per partition (in parallel for a large batch, see
-// parallelMin), in uplink order.
+// output records, per partition in parallel, in uplink order.
 func (b *batch) assign(ctx context.Context, s *Sequencer, gen *msgid.Generator) error {
-	return b.eachPart(ctx, b.records() >= parallelMin, func(_ context.Context, pb *partBatch) error {
-		return pb.assign(s.cfg.Topics, s.instanceHeader, gen, b.nowMs)
-	})
+	g, _ := errgroup.WithContext(ctx)
+	for _, pb := range b.parts {
+		g.Go(func() error { return pb.assign(s.cfg.Topics, s.instanceHeader, gen, b.nowMs) })
+	}
+	return g.Wait()
 }
 
 func (pb *partBatch) assign(t eventlog.Topics, instance kgo.RecordHeader, gen *msgid.Generator, nowMs int64) error {

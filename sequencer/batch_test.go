@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -229,40 +227,5 @@ func TestRewindOfAFailedBatch(t *testing.T) {
 			}()
 			tc.b.rewind()
 		})
-	}
-}
-
-// TestEachPart: a small batch's partitions are worked on one after the
-// other on the caller's goroutine, in order, stopping at the first
-// error; with par every partition runs (each on its own goroutine) and
-// the first error comes back.
-func TestEachPart(t *testing.T) {
-	b := &batch{parts: []*partBatch{{p: 0}, {p: 1}, {p: 2}}}
-	boom := fmt.Errorf("boom")
-	var order []int32
-	err := b.eachPart(t.Context(), false, func(_ context.Context, pb *partBatch) error {
-		order = append(order, pb.p)
-		if pb.p == 1 {
-			return boom
-		}
-		return nil
-	})
-	if err != boom || !slices.Equal(order, []int32{0, 1}) {
-		t.Fatalf("inline: err %v, order %v; want boom after partitions 0 and 1", err, order)
-	}
-	var ran [3]atomic.Bool
-	err = b.eachPart(t.Context(), true, func(_ context.Context, pb *partBatch) error {
-		ran[pb.p].Store(true)
-		if pb.p == 1 {
-			return boom
-		}
-		return nil
-	})
-	if err != boom || !ran[0].Load() || !ran[1].Load() || !ran[2].Load() {
-		t.Fatalf("parallel: err %v, ran %v %v %v; want boom and all three run", err, ran[0].Load(), ran[1].Load(), ran[2].Load())
-	}
-	big := &batch{parts: []*partBatch{{items: make([]item, parallelMin-1)}, {items: make([]item, 1)}}}
-	if n := big.records(); n != parallelMin {
-		t.Fatalf("records() = %d, want %d", n, parallelMin)
 	}
 }

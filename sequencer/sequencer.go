@@ -541,19 +541,6 @@ func (s *Sequencer) transact(ctx context.Context, sess *kgo.GroupTransactSession
 	}
 }
 
-// live says whether every partition of parts has its state, so none
-// must be restored first.
-func (s *Sequencer) live(parts []*partBatch) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, pb := range parts {
-		if s.parts[pb.p] == nil {
-			return false
-		}
-	}
-	return true
-}
-
 // state returns the live state of partition p, creating it (and rebuilding
 // its dedup window from the sequenced log) on first use after assignment.
 func (s *Sequencer) state(ctx context.Context, p int32) (*partState, error) {
