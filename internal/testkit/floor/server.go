@@ -343,7 +343,10 @@ func (s *Server) sequence(ctx context.Context) error {
 			continue
 		}
 		prev = polled
-		got := time.Now()
+		// The stages start where the sequencer's do: when the batch's
+		// last records were taken (a merge or floor poll that found
+		// none does not move it).
+		got := polled
 		if err := sess.Begin(); err != nil {
 			return err
 		}
