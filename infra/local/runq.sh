@@ -17,12 +17,15 @@ set -euo pipefail
 secs=${1:-30}
 names='producer-gw|seqbench|cmd-seqfloor|sequencer|pusher|persister|java|postgres|redis-server'
 snap() {
+  # read, not cat: a snapshot forks nothing per thread, so it takes
+  # little from the processes it measures.
+  local p n t run wait runs
   for p in /proc/[0-9]*; do
-    n=$(cat "$p/comm" 2>/dev/null) || continue
+    read -r n 2>/dev/null <"$p/comm" || continue
     [[ $n =~ ^($names)$ ]] || continue
     for t in "$p"/task/[0-9]*; do
-      s=$(cat "$t/schedstat" 2>/dev/null) || continue
-      echo "$n/${p#/proc/}/${t##*/} $s"
+      read -r run wait runs 2>/dev/null <"$t/schedstat" || continue
+      echo "$n/${p#/proc/}/${t##*/} $run $wait $runs"
     done
   done | sort
 }
