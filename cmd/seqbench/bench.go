@@ -42,7 +42,7 @@ func (b *Bench) Run(ctx context.Context) error {
 	r := newResults()
 	phases := map[string]func(context.Context, *Results) error{
 		"sequencer": b.sequencer, "alloc": b.alloc, "persister": b.persister, "groups": b.groups,
-		"e2e": b.e2e, "floor": b.floor, "idle": b.idle, "fanout": b.fanout,
+		"e2e": b.e2e, "floor": b.floor, "floor_split": b.floorSplit, "idle": b.idle, "fanout": b.fanout,
 		"replay": b.replay, "replay_live": b.replayLive,
 	}
 	defer b.dropLog()

@@ -13,7 +13,7 @@ import (
 )
 
 // Phases are the benchmark phases in the order they run.
-var Phases = []string{"sequencer", "alloc", "persister", "groups", "e2e", "floor", "idle", "fanout", "replay", "replay_live"}
+var Phases = []string{"sequencer", "alloc", "persister", "groups", "e2e", "floor", "floor_split", "idle", "fanout", "replay", "replay_live"}
 
 // Config is the benchmark run, from environment variables.
 type Config struct {
@@ -27,7 +27,7 @@ type Config struct {
 	// RedisAddr: SEQFLOW_REDIS_ADDR, required.
 	RedisAddr string
 	// Phases: SEQBENCH_PHASES, a comma-separated subset of
-	// sequencer,alloc,persister,groups,e2e,floor,idle,fanout,replay,replay_live;
+	// sequencer,alloc,persister,groups,e2e,floor,floor_split,idle,fanout,replay,replay_live;
 	// default all. Phases not
 	// run leave their keys out of the report (and the doc says "not run").
 	Phases []string

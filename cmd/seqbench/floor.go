@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,7 +26,59 @@ const floorPkg = "./cmd/seqfloor"
 // server, its clients (this process) and the broker per 1,000 messages,
 // and the ACK and delivery latency. Run after e2e, it also reports the
 // ratio of e2e's total CPU per message to the floor's.
-func (b *Bench) floor(ctx context.Context, r *Results) error {
+func (b *Bench) floor(ctx context.Context, r *Results) error { return b.floorPhase(ctx, r, false) }
+
+// floorSplit is the floor phase with the floor split as seqflow is: its
+// gateway, sequencer and pusher as three processes (SEQFLOOR_ROLE), the
+// ACKs and events reaching the gateway over TCP as the direct ACKs and
+// the pusher's events reach producer-gw. Its keys are floor_split_*; set
+// beside floor_*, they are what the split itself costs.
+func (b *Bench) floorSplit(ctx context.Context, r *Results) error { return b.floorPhase(ctx, r, true) }
+
+// floorProcs starts the floor's server (split: its three roles) on the
+// topics of prefix and returns the WebSocket and admin address of the
+// gateway, the admin addresses of all, and the processes (stopped by
+// the caller).
+func (b *Bench) floorProcs(ctx context.Context, bin, prefix, id string, split bool) (string, []string, []*proc.Proc, error) {
+	// SEQBENCH_SERVICE_ENV reaches the floor's server as it reaches the
+	// services, so a setting under test (GOGC, GOMAXPROCS, the codec)
+	// applies to both sides of e2e_cpu_over_floor.
+	env := append([]string{"SEQFLOW_KAFKA_BROKERS=" + strings.Join(b.cfg.Brokers, ","), "SEQFLOW_TOPIC_PREFIX=" + prefix,
+		"SEQFLOOR_GROUP=bench-floor-" + id, "SEQFLOOR_ADDR=" + proc.AnyPort}, b.cfg.ServiceEnv...)
+	roles, log := []string{floor.RoleAll}, "floor"
+	if split {
+		roles, log = []string{floor.RoleGateway, floor.RoleSequencer, floor.RolePusher}, "floor_split"
+	}
+	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var procs []*proc.Proc
+	var admins []string
+	var frames string
+	for _, role := range roles {
+		p := &proc.Proc{Name: "seqfloor", Bin: bin, Log: filepath.Join(b.logDir, log+"-seqfloor-"+role+".log"),
+			Env: append(slices.Clone(env), "SEQFLOOR_ROLE="+role, "SEQFLOOR_FRAMES="+cmp.Or(frames, proc.AnyPort))}
+		if err := p.Start(); err != nil {
+			return "", nil, procs, &ServiceError{Service: p.Name + " " + role, Log: p.Log, Err: err}
+		}
+		procs = append(procs, p)
+		addr, err := p.Addr(rctx, "floor listening")
+		if err == nil && role == floor.RoleGateway {
+			frames, err = p.Addr(rctx, "floor frames listening")
+		}
+		if err == nil {
+			p.Admin = addr
+			admins = append(admins, addr)
+			err = p.WaitReady(rctx)
+		}
+		if err != nil {
+			return "", nil, procs, &ServiceError{Service: p.Name + " " + role, Log: p.Log, Err: err}
+		}
+	}
+	return admins[0], admins, procs, nil
+}
+
+// floorPhase is the floor phase, in one process or split.
+func (b *Bench) floorPhase(ctx context.Context, r *Results, split bool) error {
 	bins, err := proc.Compile(ctx, b.cfg.Root, filepath.Join(b.cfg.Root, ".data", "bin"), floorPkg)
 	if err != nil {
 		return err
@@ -35,26 +89,18 @@ func (b *Bench) floor(ctx context.Context, r *Results) error {
 	if err := b.createTopics(ctx, prefix); err != nil {
 		return err
 	}
-	// SEQBENCH_SERVICE_ENV reaches the floor's server as it reaches the
-	// services, so a setting under test (GOGC, GOMAXPROCS, the codec)
-	// applies to both sides of e2e_cpu_over_floor.
-	p := &proc.Proc{Name: "seqfloor", Bin: bins[floorPkg],
-		Env: append([]string{"SEQFLOW_KAFKA_BROKERS=" + strings.Join(b.cfg.Brokers, ","), "SEQFLOW_TOPIC_PREFIX=" + prefix,
-			"SEQFLOOR_GROUP=bench-floor-" + id, "SEQFLOOR_ADDR=" + proc.AnyPort}, b.cfg.ServiceEnv...),
-		Log: filepath.Join(b.logDir, "floor-seqfloor.log")}
-	if err := p.Start(); err != nil {
-		return &ServiceError{Service: p.Name, Log: p.Log, Err: err}
-	}
-	defer p.Stop(15 * time.Second)
-	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	addr, err := p.Addr(rctx, "floor listening")
-	if err == nil {
-		p.Admin = addr
-		err = p.WaitReady(rctx)
-	}
+	addr, admins, procs, err := b.floorProcs(ctx, bins[floorPkg], prefix, id, split)
+	defer func() {
+		for _, p := range procs {
+			p.Stop(15 * time.Second)
+		}
+	}()
 	if err != nil {
-		return &ServiceError{Service: p.Name, Log: p.Log, Err: err}
+		return err
+	}
+	key := "floor_"
+	if split {
+		key = "floor_split_"
 	}
 
 	fc, err := floor.Dial(ctx, "ws://"+addr+"/ws", b.cfg.E2EUsers)
@@ -62,15 +108,22 @@ func (b *Bench) floor(ctx context.Context, r *Results) error {
 		return err
 	}
 	defer fc.Close()
-	src := fmt.Sprintf("go tool task bench (cmd/seqbench floor: cmd/seqfloor, %d users, %d direct sessions, 200-byte bodies, %s, paced at %d msg/s",
+	phase, shape := "floor", "`cmd/seqfloor` as a process"
+	if split {
+		phase, shape = "floor_split", "`cmd/seqfloor` split as seqflow is, three processes (SEQFLOOR_ROLE gateway, sequencer and pusher; the ACK and event frames reach the gateway over TCP, a write per batch)"
+	}
+	src := fmt.Sprintf("go tool task bench (cmd/seqbench "+phase+": cmd/seqfloor, %d users, %d direct sessions, 200-byte bodies, %s, paced at %d msg/s",
 		b.cfg.E2EUsers, b.cfg.E2EUsers/2, b.cfg.E2EDuration, b.cfg.FixedRate)
 	if b.cfg.E2EWarmup > 0 {
 		rep := fc.Run(ctx, float64(b.cfg.FixedRate), b.cfg.E2EWarmup)
 		b.log.Info("floor warm-up done, not measured", "seconds", b.cfg.E2EWarmup.Seconds(), "acked", rep.Acked)
 	}
-	named := map[int]string{os.Getpid(): "seqbench (floor clients)", p.Pid(): "seqfloor"}
+	named := map[int]string{os.Getpid(): "seqbench (floor clients)"}
+	for _, p := range procs {
+		named[p.Pid()] = "seqfloor"
+	}
 	cpu0 := takeCPU(named)
-	snap0 := floorSnap(ctx, addr)
+	snap0 := floorSnap(ctx, admins)
 	var reps []floorRun
 	var acked int64
 	for range b.cfg.PacedRuns {
@@ -82,34 +135,36 @@ func (b *Bench) floor(ctx context.Context, r *Results) error {
 		}
 	}
 	cpu1 := takeCPU(named)
-	stageRs := floorStages(snap0, floorSnap(ctx, addr))
-	if !p.Running() {
-		return &ServiceError{Service: p.Name, Log: p.Log, Err: fmt.Errorf("exited during the phase: %v", p.Err())}
+	stageRs := floorStages(snap0, floorSnap(ctx, admins))
+	for _, p := range procs {
+		if !p.Running() {
+			return &ServiceError{Service: p.Name, Log: p.Log, Err: fmt.Errorf("exited during the phase: %v", p.Err())}
+		}
 	}
 	fsrc := src + fmt.Sprintf(", median of %d runs)", len(reps))
 	csrc := fsrc + ": /proc/stat and /proc/<pid>/stat before and after the paced runs"
 	var total float64
-	for key, group := range map[string]string{"kafka": "kafka", "server": "seqfloor", "clients": "seqbench (floor clients)"} {
-		secs := groupSecs(cpu0, cpu1, group)
+	for group, name := range map[string]string{"kafka": "kafka", "server": "seqfloor", "clients": "seqbench (floor clients)"} {
+		secs := groupSecs(cpu0, cpu1, name)
 		total += secs
-		r.set("floor_cpu_ms_per_1k_"+key, 1e6*secs/max(float64(acked), 1), csrc)
+		r.set(key+"cpu_ms_per_1k_"+group, 1e6*secs/max(float64(acked), 1), csrc)
 	}
-	r.set("floor_cpu_ms_per_1k_total", 1e6*total/max(float64(acked), 1), csrc)
-	r.set("floor_machine_busy_pct", busyPct(cpu0, cpu1), csrc)
-	if e2e, ok := r.Values["e2e_paced_cpu_ms_per_1k_total"]; ok && total > 0 {
+	r.set(key+"cpu_ms_per_1k_total", 1e6*total/max(float64(acked), 1), csrc)
+	r.set(key+"machine_busy_pct", busyPct(cpu0, cpu1), csrc)
+	if e2e, ok := r.Values["e2e_paced_cpu_ms_per_1k_total"]; ok && total > 0 && !split {
 		r.set("e2e_cpu_over_floor", e2e/r.Values["floor_cpu_ms_per_1k_total"],
 			"go tool task bench: e2e_paced_cpu_ms_per_1k_total / floor_cpu_ms_per_1k_total of the same run")
 	}
 	med := func(f func(floorRun) float64) float64 { return median(reps, f) }
-	r.set("floor_ack_p50_ms", med(func(x floorRun) float64 { return x.ack(0.5) }), fsrc)
-	r.set("floor_ack_p99_ms", med(func(x floorRun) float64 { return x.ack(0.99) }), fsrc)
-	r.set("floor_deliver_p50_ms", med(func(x floorRun) float64 { return x.deliver(0.5) }), fsrc)
-	r.set("floor_deliver_p99_ms", med(func(x floorRun) float64 { return x.deliver(0.99) }), fsrc)
-	r.set("floor_deliver_p999_ms", med(func(x floorRun) float64 { return x.deliver(0.999) }), fsrc)
+	r.set(key+"ack_p50_ms", med(func(x floorRun) float64 { return x.ack(0.5) }), fsrc)
+	r.set(key+"ack_p99_ms", med(func(x floorRun) float64 { return x.ack(0.99) }), fsrc)
+	r.set(key+"deliver_p50_ms", med(func(x floorRun) float64 { return x.deliver(0.5) }), fsrc)
+	r.set(key+"deliver_p99_ms", med(func(x floorRun) float64 { return x.deliver(0.99) }), fsrc)
+	r.set(key+"deliver_p999_ms", med(func(x floorRun) float64 { return x.deliver(0.999) }), fsrc)
 	for _, st := range stageRs {
 		ssrc := fsrc + ": " + st.metric + " " + st.labels + " of cmd/seqfloor's /metrics before and after the paced runs"
-		r.set("floor_stage_"+st.key+"_p50_ms", st.p50, ssrc)
-		r.set("floor_stage_"+st.key+"_p99_ms", st.p99, ssrc)
+		r.set(key+"stage_"+st.key+"_p50_ms", st.p50, ssrc)
+		r.set(key+"stage_"+st.key+"_p99_ms", st.p99, ssrc)
 	}
 	var lost, harmed int64
 	var rows []string
@@ -119,11 +174,15 @@ func (b *Bench) floor(ctx context.Context, r *Results) error {
 		rows = append(rows, fmt.Sprintf("| %d | %d | %d | %d | %d / %d / %d | %.1f / %.1f | %.1f / %.1f / %.1f |", i+1, x.Sent, x.Acked, x.Delivered,
 			x.Duplicates, x.Misrouted, x.SeqErrors, x.ack(0.5), x.ack(0.99), x.deliver(0.5), x.deliver(0.99), x.deliver(0.999)))
 	}
-	r.set("floor_lost", float64(lost), fsrc)
-	r.set("floor_harmed", float64(harmed), fsrc)
-	r.Details = append(r.Details, fmt.Sprintf(`### The floor: Kafka and WebSocket alone
+	r.set(key+"lost", float64(lost), fsrc)
+	r.set(key+"harmed", float64(harmed), fsrc)
+	title := "The floor: Kafka and WebSocket alone"
+	if split {
+		title = "The floor split as seqflow is"
+	}
+	r.Details = append(r.Details, fmt.Sprintf(`### %s
 
-`+"`cmd/seqfloor`"+` as a process: the uplink produce (acks=all, idempotent,
+%s: the uplink produce (acks=all, idempotent,
 snappy, 2 ms linger), one transactional sequencer (read_committed, offsets
 in the transaction, batches taken as the sequencer takes them with its
 merge wait and 12 ms floor, seqs in memory) that writes the ACK frame
@@ -139,16 +198,16 @@ costs on this machine.
 
 Its stages in the paced runs, from the histograms cmd/seqfloor keeps
 under the services' names and buckets (the column "series" names the
-service whose hop it stands for; the floor has no hop between processes,
-so the rows of the push transport and of the direct ACK are absent):
+service whose hop it stands for; the rows of the push transport and of
+the direct ACK are absent):
 
 %s
 CPU during the paced runs:
 
 %s
-`, b.cfg.E2EUsers, b.cfg.E2EUsers/2, b.cfg.FixedRate, b.cfg.E2EDuration, b.cfg.E2EWarmup, strings.Join(rows, "\n"), stageTable(stageRs), cpuTable(cpu0, cpu1, float64(acked))))
+`, title, shape, b.cfg.E2EUsers, b.cfg.E2EUsers/2, b.cfg.FixedRate, b.cfg.E2EDuration, b.cfg.E2EWarmup, strings.Join(rows, "\n"), stageTable(stageRs), cpuTable(cpu0, cpu1, float64(acked))))
 	if harmed > 0 {
-		return fmt.Errorf("floor: %d messages not acked or not delivered, %d duplicates, misrouted events or seq errors", lost, harmed-lost)
+		return fmt.Errorf("%s: %d messages not acked or not delivered, %d duplicates, misrouted events or seq errors", phase, lost, harmed-lost)
 	}
 	return nil
 }
@@ -164,16 +223,25 @@ func newFloorRun(r floor.Report) floorRun {
 	return floorRun{Report: r, ack: quantiles(r.AckMs), deliver: quantiles(r.DeliverMs)}
 }
 
-// floorSnap reads cmd/seqfloor's /metrics at addr; an error leaves the
-// snapshot empty (and the phase without its stage rows).
-func floorSnap(ctx context.Context, addr string) map[string]*hist {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	h, _, err := scrapeHistograms(ctx, "http://"+addr+"/metrics")
-	if err != nil {
-		return nil
+// floorSnap reads the /metrics of cmd/seqfloor's processes at addrs
+// into one map (split, each role has its own series); a process that
+// does not answer is left out (and its stages with it).
+func floorSnap(ctx context.Context, addrs []string) map[string]*hist {
+	out := map[string]*hist{}
+	for _, addr := range addrs {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		h, _, err := scrapeHistograms(ctx, "http://"+addr+"/metrics")
+		cancel()
+		if err != nil {
+			continue
+		}
+		for k, v := range h {
+			if v.total() > 0 || out[k] == nil {
+				out[k] = v
+			}
+		}
 	}
-	return h
+	return out
 }
 
 // floorStages is the stage rows of the floor's histograms between two

@@ -20,8 +20,17 @@ import (
 // with the seq of its ACK, each session's seqs consecutive, so the bench's
 // floor measures a pipeline that works; and its stage histograms count
 // each message at each hop, so the floor's stage table is of this run.
+//
+// Both shapes: the server in one process, and split into its gateway,
+// sequencer and pusher (the floor_split phase), where the ACKs and
+// events reach the gateway over TCP.
 func TestFloorAcksAndDeliversEveryMessage(t *testing.T) {
 	st := stack.Require(t, "kafka")
+	t.Run("one process", func(t *testing.T) { testFloor(t, st, false) })
+	t.Run("split", func(t *testing.T) { testFloor(t, st, true) })
+}
+
+func testFloor(t *testing.T, st stack.Stack, split bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	prefix := "floortest-" + randHex(4) + "."
@@ -43,34 +52,29 @@ func TestFloorAcksAndDeliversEveryMessage(t *testing.T) {
 		kadm.NewClient(cl).DeleteTopics(context.Background(), names.Uplink, names.Sequenced, names.Duplicates, names.Receipts, names.Offline, names.DeadLetter)
 	})
 
-	p := &proc.Proc{Name: "seqfloor", Bin: proc.Build(t, floorPkg), Log: t.TempDir() + "/seqfloor.log",
-		Env: []string{"SEQFLOW_KAFKA_BROKERS=" + st.KafkaBrokers[0], "SEQFLOW_TOPIC_PREFIX=" + prefix,
-			"SEQFLOOR_GROUP=floortest-" + randHex(4), "SEQFLOOR_ADDR=" + proc.AnyPort}}
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop(10 * time.Second)
-	addr, err := p.Addr(ctx, "floor listening")
+	b := &Bench{cfg: Config{Brokers: st.KafkaBrokers}, logDir: t.TempDir()}
+	addr, admins, procs, err := b.floorProcs(ctx, proc.Build(t, floorPkg), prefix, randHex(4), split)
+	defer func() {
+		for _, p := range procs {
+			p.Stop(10 * time.Second)
+		}
+	}()
 	if err != nil {
 		t.Fatal(err)
-	}
-	p.Admin = addr
-	if err := p.WaitReady(ctx); err != nil {
-		t.Fatalf("seqfloor not ready: %v (log %s)", err, p.Log)
 	}
 	fc, err := floor.Dial(ctx, "ws://"+addr+"/ws", 6)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fc.Close()
-	snap0 := floorSnap(ctx, addr)
+	snap0 := floorSnap(ctx, admins)
 	rep := newFloorRun(fc.Run(ctx, 120, 2*time.Second))
 	if rep.Sent < 200 {
 		t.Fatalf("sent %d messages in 2 s at 120/s, want about 240", rep.Sent)
 	}
 	if rep.Harmed() != 0 || rep.Acked != rep.Sent || rep.Delivered != rep.Sent {
 		t.Fatalf("sent %d, acked %d, delivered %d, duplicates %d, misrouted %d, seq errors %d: want every message acked and delivered once, to its recipient, with its ACK's seq, a session's seqs consecutive (log %s)",
-			rep.Sent, rep.Acked, rep.Delivered, rep.Duplicates, rep.Misrouted, rep.SeqErrors, p.Log)
+			rep.Sent, rep.Acked, rep.Delivered, rep.Duplicates, rep.Misrouted, rep.SeqErrors, b.logDir)
 	}
 	if len(rep.AckMs) != int(rep.Acked) || len(rep.DeliverMs) != int(rep.Delivered) || rep.ack(0.5) <= 0 {
 		t.Fatalf("latencies: %d ACK and %d delivery figures for %d and %d messages, ACK p50 %.2f ms", len(rep.AckMs), len(rep.DeliverMs), rep.Acked, rep.Delivered, rep.ack(0.5))
@@ -78,7 +82,7 @@ func TestFloorAcksAndDeliversEveryMessage(t *testing.T) {
 	// Per message: the produce, the uplink wait, the ACK, the pusher's
 	// read; per batch: the sequencer's stages (at least one batch).
 	rows := map[string]stageRow{}
-	for _, r := range floorStages(snap0, floorSnap(ctx, addr)) {
+	for _, r := range floorStages(snap0, floorSnap(ctx, admins)) {
 		rows[r.key] = r
 	}
 	for _, key := range []string{"gw_produce", "seq_uplink_wait", "gw_ack", "push_read"} {

@@ -33,18 +33,31 @@
 // total), the pusher's read (the event's record timestamp → returned by
 // its poll).
 //
+// SEQFLOOR_ROLE splits it as seqflow is split, so what the split costs
+// can be measured: "all" (the default) runs the three parts in one
+// process; "gateway" serves the WebSocket clients, produces the uplinks
+// and listens on SEQFLOOR_FRAMES (port 0 takes any, logged as "floor
+// frames listening") for the frames the other two send it over TCP, as
+// the sequencer's direct ACKs and the pusher's events reach producer-gw;
+// "sequencer" and "pusher" run their part and send their frames to the
+// gateway at SEQFLOOR_FRAMES, each batch's frames in one write after the
+// transaction committed (the ACKs) or the poll was read (the events).
+//
 // Configuration (environment): SEQFLOOR_ADDR (the WebSocket endpoint /ws,
 // /metrics, /readyz and /debug/pprof/; port 0 takes any, logged as "floor listening"),
 // SEQFLOW_KAFKA_BROKERS, SEQFLOW_TOPIC_PREFIX (the uplink and sequenced
 // topics, created by the caller), SEQFLOOR_GROUP (the prefix of its two
 // consumer groups and its transactional ID), SEQFLOOR_TXN_FLOOR (12ms),
-// SEQFLOOR_PRODUCE_LINGER (2ms).
+// SEQFLOOR_PRODUCE_LINGER (2ms), SEQFLOOR_ROLE, SEQFLOOR_FRAMES.
 package floor
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -72,7 +85,17 @@ type Config struct {
 	Group    string
 	TxnFloor time.Duration
 	Linger   time.Duration
+	Role     string
+	Frames   string
 }
+
+// Roles of SEQFLOOR_ROLE.
+const (
+	RoleAll       = "all"
+	RoleGateway   = "gateway"
+	RoleSequencer = "sequencer"
+	RolePusher    = "pusher"
+)
 
 // LoadConfig reads Config from e.
 func LoadConfig(e *config.Env) (Config, error) {
@@ -83,8 +106,16 @@ func LoadConfig(e *config.Env) (Config, error) {
 		Group:    e.String("SEQFLOOR_GROUP", "seqfloor"),
 		TxnFloor: e.Duration("SEQFLOOR_TXN_FLOOR", 12*time.Millisecond, 0, time.Second),
 		Linger:   e.Duration("SEQFLOOR_PRODUCE_LINGER", 2*time.Millisecond, 0, time.Second),
+		Role:     e.String("SEQFLOOR_ROLE", RoleAll),
+		Frames:   e.String("SEQFLOOR_FRAMES", "127.0.0.1:0"),
 	}
-	return c, e.Err()
+	err := e.Err()
+	switch c.Role {
+	case RoleAll, RoleGateway, RoleSequencer, RolePusher:
+	default:
+		err = errors.Join(err, fmt.Errorf("SEQFLOOR_ROLE=%q: want all, gateway, sequencer or pusher", c.Role))
+	}
+	return c, err
 }
 
 // Frames of the floor's protocol, JSON over WebSocket. Send is the
@@ -141,6 +172,33 @@ type Server struct {
 	seqReady atomic.Bool
 	pushRdy  atomic.Bool
 	m        *metrics
+	link     *link // roles sequencer and pusher: the gateway's frame listener
+}
+
+// link carries a sequencer's or pusher's frames to the gateway role:
+// each a 16-byte header (payload length, user, the ACK's send-frame
+// arrival in Unix ns or 0) and the JSON frame, buffered until flush.
+type link struct {
+	mu sync.Mutex
+	c  net.Conn
+	w  *bufio.Writer
+}
+
+func (l *link) put(user int, arrivedNs int64, b []byte) {
+	var h [16]byte
+	binary.BigEndian.PutUint32(h[0:], uint32(len(b)))
+	binary.BigEndian.PutUint32(h[4:], uint32(user))
+	binary.BigEndian.PutUint64(h[8:], uint64(arrivedNs))
+	l.mu.Lock()
+	l.w.Write(h[:]) // an error stays in w and comes back from flush
+	l.w.Write(b)
+	l.mu.Unlock()
+}
+
+func (l *link) flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Flush()
 }
 
 // metrics are the stage histograms of the services' hops the floor has,
@@ -186,20 +244,49 @@ func New(cfg Config, log *slog.Logger) *Server {
 
 // Run serves until ctx ends or a part fails.
 func (s *Server) Run(ctx context.Context) error {
-	prod, err := kgo.NewClient(append(eventlog.ClientOpts(s.cfg.Brokers, "seqfloor-gw"),
-		append(eventlog.ProducerOpts(), kgo.DefaultProduceTopic(s.cfg.Topics.Uplink), kgo.ProducerLinger(s.cfg.Linger))...)...)
-	if err != nil {
-		return err
+	role := s.cfg.Role
+	gateway := role == RoleAll || role == RoleGateway
+	if gateway {
+		prod, err := kgo.NewClient(append(eventlog.ClientOpts(s.cfg.Brokers, "seqfloor-gw"),
+			append(eventlog.ProducerOpts(), kgo.DefaultProduceTopic(s.cfg.Topics.Uplink), kgo.ProducerLinger(s.cfg.Linger))...)...)
+		if err != nil {
+			return err
+		}
+		defer prod.Close()
+		s.prod = prod
 	}
-	defer prod.Close()
-	s.prod = prod
+	if role == RoleSequencer || role == RolePusher {
+		c, err := net.Dial("tcp", s.cfg.Frames)
+		if err != nil {
+			return fmt.Errorf("dial the gateway's frames at %s: %w", s.cfg.Frames, err)
+		}
+		defer c.Close()
+		s.link = &link{c: c, w: bufio.NewWriterSize(c, 64<<10)}
+	}
+	var fl net.Listener // role gateway: the frames of the other two
+	if role == RoleGateway {
+		var err error
+		if fl, err = net.Listen("tcp", s.cfg.Frames); err != nil {
+			return err
+		}
+		defer fl.Close()
+		s.log.Info("floor frames listening", "addr", fl.Addr().String())
+	}
+	if role != RoleAll && role != RoleSequencer {
+		s.seqReady.Store(true)
+	}
+	if role != RoleAll && role != RolePusher {
+		s.pushRdy.Store(true)
+	}
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return err
 	}
-	s.log.Info("floor listening", "addr", ln.Addr().String())
+	s.log.Info("floor listening", "addr", ln.Addr().String(), "role", role)
 	mux := http.NewServeMux()
-	mux.HandleFunc("/ws", s.serveWS)
+	if gateway {
+		mux.HandleFunc("/ws", s.serveWS)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -214,8 +301,15 @@ func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
-	wg.Go(func() { cancel(fmt.Errorf("sequencer: %w", s.sequence(ctx))) })
-	wg.Go(func() { cancel(fmt.Errorf("pusher: %w", s.push(ctx))) })
+	if role == RoleAll || role == RoleSequencer {
+		wg.Go(func() { cancel(fmt.Errorf("sequencer: %w", s.sequence(ctx))) })
+	}
+	if role == RoleAll || role == RolePusher {
+		wg.Go(func() { cancel(fmt.Errorf("pusher: %w", s.push(ctx))) })
+	}
+	if fl != nil {
+		wg.Go(func() { cancel(fmt.Errorf("frames: %w", s.serveFrames(ctx, fl))) })
+	}
 	wg.Go(func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			cancel(err)
@@ -286,20 +380,78 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// send queues a frame for user; a full queue or an absent user drops it
-// (the client counts what never came).
-func (s *Server) send(user int, v any) {
+// send delivers frame v to user: queued for its connection here, or,
+// in the roles sequencer and pusher, buffered for the gateway (sent at
+// the link's flush). arrivedNs, for an ACK, is when its send frame
+// arrived (0 for an event).
+func (s *Server) send(user int, v any, arrivedNs int64) {
+	b, _ := json.Marshal(v)
+	if s.link != nil {
+		s.link.put(user, arrivedNs, b)
+		return
+	}
+	s.queue(user, b, arrivedNs)
+}
+
+// queue queues frame b for user's connection; a full queue or an absent
+// user drops it (the client counts what never came).
+func (s *Server) queue(user int, b []byte, arrivedNs int64) {
 	s.mu.Lock()
 	c := s.conns[user]
 	s.mu.Unlock()
 	if c == nil {
 		return
 	}
-	b, _ := json.Marshal(v)
 	select {
 	case c.q <- b:
 	default:
+		return
 	}
+	if arrivedNs != 0 {
+		s.m.gwAck.WithLabelValues("ok").Observe(time.Since(time.Unix(0, arrivedNs)).Seconds())
+	}
+}
+
+// serveFrames (role gateway) queues the frames the sequencer and pusher
+// roles send over their connections until ctx ends.
+func (s *Server) serveFrames(ctx context.Context, ln net.Listener) error {
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			r := bufio.NewReaderSize(c, 64<<10)
+			var h [16]byte
+			for {
+				if _, err := io.ReadFull(r, h[:]); err != nil {
+					return
+				}
+				b := make([]byte, binary.BigEndian.Uint32(h[0:]))
+				if _, err := io.ReadFull(r, b); err != nil {
+					return
+				}
+				s.queue(int(binary.BigEndian.Uint32(h[4:])), b, int64(binary.BigEndian.Uint64(h[8:])))
+			}
+		}()
+	}
+}
+
+// flush sends the frames buffered for the gateway, in the roles
+// sequencer and pusher.
+func (s *Server) flush() error {
+	if s.link == nil {
+		return nil
+	}
+	if err := s.link.flush(); err != nil {
+		return fmt.Errorf("frames to the gateway: %w", err)
+	}
+	return nil
 }
 
 // sequence is the sequencer: poll, wait out the floor, one transaction
@@ -399,8 +551,10 @@ func (s *Server) sequence(ctx context.Context) error {
 			s.m.seqStage.WithLabelValues(stage).Observe(d.Seconds())
 		}
 		for _, u := range acks {
-			s.send(u.From, Ack{T: "ack", ID: u.ID, Seq: u.Seq})
-			s.m.gwAck.WithLabelValues("ok").Observe(time.Since(time.Unix(0, u.ArrivedNs)).Seconds())
+			s.send(u.From, Ack{T: "ack", ID: u.ID, Seq: u.Seq}, u.ArrivedNs)
+		}
+		if err := s.flush(); err != nil {
+			return err
 		}
 	}
 }
@@ -445,8 +599,11 @@ func (s *Server) push(ctx context.Context) error {
 			if json.Unmarshal(r.Value, &u) != nil {
 				return
 			}
-			s.send(u.To, Event{T: "event", Session: u.Session, Seq: u.Seq, From: u.From, ID: u.ID, Body: u.Body, SentNs: u.SentNs})
+			s.send(u.To, Event{T: "event", Session: u.Session, Seq: u.Seq, From: u.From, ID: u.ID, Body: u.Body, SentNs: u.SentNs}, 0)
 		})
+		if err := s.flush(); err != nil {
+			return err
+		}
 		cl.MarkCommitRecords(fs.Records()...)
 		cl.AllowRebalance()
 	}
