@@ -1,6 +1,8 @@
 // Command seqfloor runs the benchmark's floor server (internal/testkit/floor):
 // a message's path through Kafka and WebSocket with the services' settings
-// and guarantees, and nothing else. cmd/seqbench's floor phase starts it;
+// and guarantees, and nothing else, in one process or split into its
+// gateway, sequencer and pusher (SEQFLOOR_ROLE). cmd/seqbench's floor and
+// floor_split phases start it;
 // its configuration is in the package doc of internal/testkit/floor.
 package main
 
