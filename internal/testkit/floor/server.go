@@ -485,9 +485,7 @@ func (s *Server) sequence(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := eventlog.FatalFetch(fs, func(t string, p int32, err error) {
-			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
-		}); err != nil {
+		if err := s.fatalFetch(fs); err != nil {
 			return err
 		}
 		if fs.NumRecords() == 0 {
@@ -559,6 +557,14 @@ func (s *Server) sequence(ctx context.Context) error {
 	}
 }
 
+// fatalFetch logs the fetch errors of fs a poll may carry on from and
+// returns the first it may not (eventlog.FatalFetch).
+func (s *Server) fatalFetch(fs kgo.Fetches) error {
+	return eventlog.FatalFetch(fs, func(t string, p int32, err error) {
+		s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+	})
+}
+
 // maxBatch is the most uplinks in one transaction (the sequencer's
 // SEQUENCER_MAX_POLL_RECORDS default); the producer buffers twice that.
 const maxBatch = 5000
@@ -587,9 +593,7 @@ func (s *Server) push(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := eventlog.FatalFetch(fs, func(t string, p int32, err error) {
-			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
-		}); err != nil {
+		if err := s.fatalFetch(fs); err != nil {
 			return err
 		}
 		got := time.Now()
