@@ -61,6 +61,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 
 	t.Run("node", func(t *testing.T) { runNode(t, gw, ln.Addr().String(), began) })
+	ctl.unpause(t)
 	t.Run("browser", func(t *testing.T) { runBrowser(t, gw, signer) })
 }
 
@@ -172,6 +173,7 @@ type control struct {
 	gw     *clienttest.Gateway
 	signer *auth.Signer
 	mu     sync.Mutex
+	paused bool // SIGSTOPped by /gateway/pause and not yet killed
 }
 
 func (c *control) mux() *http.ServeMux {
@@ -191,6 +193,7 @@ func (c *control) mux() *http.ServeMux {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.gw.Proc.Signal(syscall.SIGSTOP)
+		c.paused = true
 		fmt.Fprintf(w, `{"paused_pid":%d}`, c.gw.Proc.Pid())
 	})
 	// POST /gateway/kill kills the gateway with SIGKILL, waits pause_ms,
@@ -200,13 +203,7 @@ func (c *control) mux() *http.ServeMux {
 		defer c.mu.Unlock()
 		pause, _ := strconv.Atoi(r.URL.Query().Get("pause_ms"))
 		pid := c.gw.Proc.Pid()
-		c.gw.Proc.Kill()
-		time.Sleep(time.Duration(pause) * time.Millisecond)
-		if err := c.gw.Proc.Start(); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		if err := waitListening(c.gw.Addr, 30*time.Second); err != nil {
+		if err := c.restart(time.Duration(pause) * time.Millisecond); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -243,6 +240,33 @@ func (c *control) mux() *http.ServeMux {
 		fmt.Fprint(w, seq)
 	})
 	return m
+}
+
+// restart kills the gateway with SIGKILL, waits pause, starts it again on
+// the same address and waits until it listens. The caller holds c.mu.
+func (c *control) restart(pause time.Duration) error {
+	c.gw.Proc.Kill()
+	c.paused = false
+	time.Sleep(pause)
+	if err := c.gw.Proc.Start(); err != nil {
+		return err
+	}
+	return waitListening(c.gw.Addr, 30*time.Second)
+}
+
+// unpause restarts the gateway if a Node test paused it and ended before
+// its kill (a failed or timed-out test), so the browser subtest runs
+// against a gateway that answers and fails only for its own reasons.
+func (c *control) unpause(t *testing.T) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.paused {
+		return
+	}
+	t.Logf("the Node tests left the gateway paused (pid %d): restarting it", c.gw.Proc.Pid())
+	if err := c.restart(0); err != nil {
+		t.Fatalf("restart the paused gateway: %v", err)
+	}
 }
 
 func waitListening(addr string, d time.Duration) error {

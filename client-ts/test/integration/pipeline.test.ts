@@ -41,19 +41,22 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     const g = await a.c.createGroup('kill', [bob]);
     const n = 200;
     const pend: Pending[] = [];
+    let killed: Promise<string> | undefined;
     for (let i = 0; i < n; i++) {
       pend.push(await a.c.postMessage(g.sessionId, text(`m${String(i).padStart(3, '0')}`)));
       if (i === Math.floor(n / 3)) {
-        // Paused, the gateway answers nothing: the next sends are surely
-        // in flight when it is killed.
+        // Paused, the gateway answers nothing: the sends after this one,
+        // and those still awaiting their ACKs, are surely in flight when
+        // it is killed. The kill does not wait for the loop: on a slow
+        // machine the window can be full when the gateway stops, and
+        // postMessage then waits for an ACK only the next gateway sends.
         await control('/gateway/pause', 'POST');
-      }
-      if (i === Math.floor(n / 3) + 5) {
-        // With those sends in flight; answers once the new gateway listens.
-        await control('/gateway/kill?pause_ms=300', 'POST');
+        // Answers once the new gateway listens.
+        killed = sleep(50).then(() => control('/gateway/kill?pause_ms=300', 'POST'));
       }
       await sleep(3);
     }
+    await killed;
     const want = new Map<string, number>(); // client_msg_id → seq of its ACK
     const bySeq = new Map<number, string>();
     for (const [i, p] of pend.entries()) {
