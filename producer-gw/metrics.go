@@ -93,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqflow_gateway_signals_total",
-			Help: "Ephemeral signals from this gateway's clients (typing, read cursors fanned out), by signal and outcome: sent, rate_limited, not_a_member, dropped_queue_full, dropped_large_group, dropped_error.",
+			Help: "Ephemeral signals from this gateway's clients (typing, read cursors fanned out), by signal and outcome: sent, rate_limited, not_a_member, dropped_queue_full, dropped_large_group, dropped_error, waiting_for_store (a cursor kept for the next flush because the store does not list its reader yet).",
 		}, []string{"signal", "outcome"}),
 		unreadRecounts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqflow_gateway_unread_recounts_total",

@@ -44,6 +44,14 @@ const (
 	// fanned out: a user's reads of one session within it go out once,
 	// with the highest seq.
 	readFlush = 500 * time.Millisecond
+	// cursorStoreWait is how long a cursor waits, flush after flush, for
+	// the store's member list of its session to list its reader. The
+	// reader passed the membership check, which also knows the membership
+	// events this gateway has seen; the store learns them from the
+	// persister, up to its batch time later. Until it does, the list would
+	// address the cursor to nobody, so it waits (a new session, a fresh
+	// join), then goes to whoever is listed.
+	cursorStoreWait = 5 * time.Second
 )
 
 // memberLister lists the current members of a session, or of several in
@@ -87,12 +95,13 @@ type signals struct {
 
 type cursorKey struct{ session, user, kind string }
 
-// cursorVal is a cursor waiting for the flush: the highest seq, and whether
+// cursorVal is a cursor waiting for the flush: the highest seq, whether
 // it may be shown to the other members (false when any read it covers was
-// made with read receipts off).
+// made with read receipts off), and when it was first taken.
 type cursorVal struct {
 	seq   int64
 	shown bool
+	since time.Time
 }
 
 type memberList struct {
@@ -140,10 +149,23 @@ func (t *signals) cursor(user, session, kind string, seq int64, shown bool) {
 	t.mu.Lock()
 	v, ok := t.cursors[k]
 	if !ok {
-		v.shown = true
+		v.shown, v.since = true, t.now()
 	}
-	t.cursors[k] = cursorVal{seq: max(v.seq, seq), shown: v.shown && shown}
+	t.cursors[k] = cursorVal{seq: max(v.seq, seq), shown: v.shown && shown, since: v.since}
 	t.mu.Unlock()
+}
+
+// keep puts back a cursor the flush could not address yet, merged with
+// any taken since, and drops its session's cached member list so the
+// next flush reads it again.
+func (t *signals) keep(k cursorKey, v cursorVal) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur, ok := t.cursors[k]; ok {
+		v = cursorVal{seq: max(v.seq, cur.seq), shown: v.shown && cur.shown, since: v.since}
+	}
+	t.cursors[k] = v
+	delete(t.lists, k.session)
 }
 
 // Run fans out queued indicators, and every readFlush the read cursors
@@ -162,7 +184,8 @@ func (t *signals) Run(ctx context.Context) error {
 		case <-flush.C:
 			t.flushCursors(ctx)
 		case e := <-t.queue:
-			t.fanOut(ctx, []outgoing{t.address(ctx, e, true, false)})
+			o, _ := t.address(ctx, e, true, false)
+			t.fanOut(ctx, []outgoing{o})
 		}
 	}
 }
@@ -195,40 +218,51 @@ func (t *signals) flushCursors(ctx context.Context) {
 	}
 	t.loadLists(ctx, shown)
 	out := make([]outgoing, 0, len(cursors))
+	now := t.now()
 	for k, v := range cursors {
 		e := &imv1.Ephemeral{SessionId: k.session, SenderUserId: k.user}
-		if k.kind == wire.ReceiptRead {
+		toSelf := k.kind == wire.ReceiptRead
+		if toSelf {
 			e.Signal = &imv1.Ephemeral_Read{Read: &imv1.Read{Seq: v.seq}}
-			out = append(out, t.address(ctx, e, v.shown, true))
 		} else {
 			e.Signal = &imv1.Ephemeral_Delivered{Delivered: &imv1.Delivered{Seq: v.seq}}
-			out = append(out, t.address(ctx, e, v.shown, false))
 		}
+		o, behind := t.address(ctx, e, v.shown, toSelf)
+		if behind && now.Sub(v.since) < cursorStoreWait {
+			t.m.signals.WithLabelValues(signalName(e), "waiting_for_store").Inc()
+			t.keep(k, v)
+			continue
+		}
+		out = append(out, o)
 	}
 	t.fanOut(ctx, out)
 }
 
 // address finds who e goes to: the other members (toOthers) and the
 // sender's own devices (toSelf). A member list that cannot be read drops
-// e (counted).
-func (t *signals) address(ctx context.Context, e *imv1.Ephemeral, toOthers, toSelf bool) outgoing {
+// e (counted). behind reports a member list that does not list e's sender:
+// the store has not caught up with the sender's membership.
+func (t *signals) address(ctx context.Context, e *imv1.Ephemeral, toOthers, toSelf bool) (o outgoing, behind bool) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	o := outgoing{e: e}
+	o = outgoing{e: e}
 	if toOthers {
 		users, err := t.memberList(ctx, e.SessionId)
 		switch {
 		case err != nil:
 			t.m.signals.WithLabelValues(signalName(e), "dropped_error").Inc()
 			t.log.Warn("signals: list members", "session_id", e.SessionId, "err", err)
-			return o
+			return o, false
 		case len(users) > typingMaxMembers:
 			t.m.signals.WithLabelValues(signalName(e), "dropped_large_group").Inc()
 		default:
+			behind = true
 			o.targets = make([]string, 0, len(users))
 			for _, u := range users {
 				if u != e.SenderUserId {
 					o.targets = append(o.targets, u)
+				} else {
+					behind = false
 				}
 			}
 		}
@@ -236,7 +270,7 @@ func (t *signals) address(ctx context.Context, e *imv1.Ephemeral, toOthers, toSe
 	if toSelf {
 		o.targets = append(o.targets, e.SenderUserId)
 	}
-	return o
+	return o, behind
 }
 
 // fanOut hands the signals to the gateways of their targets' connections,

@@ -445,3 +445,68 @@ func TestCursorFlushListsMembersOnce(t *testing.T) {
 		t.Fatalf("a second flush within the TTL queried: %d batch and %d single queries", lists.batches, lists.one)
 	}
 }
+
+// A cursor whose reader the store does not list as a member yet (the
+// store trails the log by the persister's batch) is kept for the next
+// flushes, with the member list read again each time, and reaches the
+// other members once the store lists them; past cursorStoreWait it goes
+// to whoever is listed. With the fakes above (unit test only; TestSDK's
+// "read cursors" and TestSeen run it on the real stack).
+func TestCursorWaitsForTheStore(t *testing.T) {
+	now := time.Unix(1000, 0)
+	lists := &fakeLists{members: map[string][]string{}}
+	send := &fakeSend{}
+	m := newMetrics(prometheus.NewRegistry())
+	sg := newSignals("gw", nil, lists, fakePresence{}, send, slog.New(slog.DiscardHandler), m, func() time.Time { return now })
+	delivered := func() map[string]int64 { // "to user: signal of reader" → seq
+		got := map[string]int64{}
+		for _, b := range send.batches {
+			for _, it := range b.Items {
+				e := it.GetEphemeral()
+				for _, r := range it.Recipients {
+					got[r.UserId+": "+signalName(e)+" of "+e.SenderUserId] = e.GetRead().GetSeq()
+				}
+			}
+		}
+		send.batches = nil
+		return got
+	}
+
+	// The store has no member list for s yet: nothing goes out, not even
+	// to bob's own devices, and the cursor is kept.
+	sg.cursor("bob", "s", wire.ReceiptRead, 5, true)
+	sg.flushCursors(t.Context())
+	if got := delivered(); len(got) != 0 {
+		t.Fatalf("flushed while the store lists nobody: %v", got)
+	}
+	if w := testutil.ToFloat64(m.signals.WithLabelValues("read", "waiting_for_store")); w != 1 {
+		t.Fatalf("waiting_for_store = %v, want 1", w)
+	}
+	// A later read of bob joins the kept cursor (the highest seq goes).
+	sg.cursor("bob", "s", wire.ReceiptRead, 6, true)
+	lists.members["s"] = []string{"alice", "bob"}
+	now = now.Add(readFlush)
+	sg.flushCursors(t.Context())
+	got := delivered()
+	if got["alice: read of bob"] != 6 || got["bob: read of bob"] != 6 || len(got) != 2 {
+		t.Fatalf("once the store lists bob: %v, want alice and bob's own devices at 6", got)
+	}
+
+	// A reader the store never lists: kept until cursorStoreWait, then
+	// sent to the reader's own devices only, and not kept again.
+	sg.cursor("carol", "t", wire.ReceiptRead, 3, true)
+	for since := now; now.Sub(since) < cursorStoreWait; now = now.Add(readFlush) {
+		sg.flushCursors(t.Context())
+		if got := delivered(); len(got) != 0 {
+			t.Fatalf("flush %v into the wait: %v", now.Sub(since), got)
+		}
+	}
+	sg.flushCursors(t.Context())
+	if got := delivered(); got["carol: read of carol"] != 3 || len(got) != 1 {
+		t.Fatalf("past the wait: %v, want carol's own devices only", got)
+	}
+	sg.flushCursors(t.Context())
+	if got := delivered(); len(got) != 0 {
+		t.Fatalf("the cursor was kept past the wait: %v", got)
+	}
+}
