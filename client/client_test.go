@@ -452,10 +452,11 @@ func TestSDK(t *testing.T) {
 	t.Run("errors carry the server's code, name and retryability", func(t *testing.T) {
 		a := p.start(t, user("alice"), "phone", []string{gw.url}, nil)
 		ctx := ctxT(t, 30*time.Second)
+		// Never created: the sequencer refuses it in log order.
 		_, err := a.Send(ctx, "g-nobody-has-this-session", Text("hi"))
 		var se *ServerError
-		if !errors.As(err, &se) || se.Code != 4001 || se.Name != "not_a_member" || se.Retryable || IsRetryable(err) {
-			t.Fatalf("send to a foreign session: %v, want not_a_member 4001, not retryable", err)
+		if !errors.As(err, &se) || se.Code != 4004 || se.Name != "session_not_found" || se.Retryable || IsRetryable(err) {
+			t.Fatalf("send to a session never created: %v, want session_not_found 4004, not retryable", err)
 		}
 	})
 

@@ -19,8 +19,8 @@ type memberChecker interface {
 }
 
 // standingChecker answers a user's standing in a session: the message
-// store (the persister's projection) for the membership cache, the cache
-// for the uplink. Standing may block on PostgreSQL; ctx bounds the wait.
+// store (the persister's projection) for the membership cache. Standing
+// may block on PostgreSQL; ctx bounds the wait.
 type standingChecker interface {
 	Standing(ctx context.Context, sessionID, userID string) (store.Standing, error)
 }
@@ -34,27 +34,6 @@ func requireMember(ctx context.Context, mc memberChecker, log *slog.Logger, sess
 		return storeError(err)
 	}
 	if !ok {
-		return apierr.New(imv1.ErrorCode_ERROR_CODE_NOT_A_MEMBER, "")
-	}
-	return nil
-}
-
-// requireSender is the uplink's early check of a command the sequencer
-// decides (send, edit, recall, members, group): it answers NOT_A_MEMBER
-// only to a user who was never a member of session. A former member's
-// command goes on to the sequencer, because it may be the retry of one
-// accepted while they were a member (its ACK lost with a gateway): the
-// sequencer's dedup window answers that with the original seq, and its
-// rules (internal/groups) refuse anything new with NOT_A_MEMBER, in log
-// order. Refusing such a retry here would tell the client "refused" of a
-// message the log holds.
-func requireSender(ctx context.Context, sc standingChecker, log *slog.Logger, session, user string) *apierr.Error {
-	st, err := sc.Standing(ctx, session, user)
-	if err != nil {
-		log.Warn("membership check failed", "session_id", session, "user_id", user, "err", err)
-		return storeError(err)
-	}
-	if st == store.NotMember {
 		return apierr.New(imv1.ErrorCode_ERROR_CODE_NOT_A_MEMBER, "")
 	}
 	return nil

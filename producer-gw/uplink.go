@@ -20,7 +20,6 @@ import (
 	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/eventlog"
-	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -44,8 +43,8 @@ type commandStore interface {
 	// creation returns the session_create of session, false when the
 	// store holds none.
 	creation(ctx context.Context, session string) (creation, bool, error)
-	// Session reports whether session exists (store.Store.Session).
-	Session(ctx context.Context, sessionID, userID string) (store.SessionState, bool, error)
+	// Members lists the current members of session (store.Store.Members).
+	Members(ctx context.Context, sessionID string) ([]string, error)
 }
 
 // commandAcks is the ACK bookkeeping a command goes through (waiters):
@@ -63,25 +62,24 @@ type commandAcks interface {
 // for the seq. A command is in flight from begin to done; the drain waits
 // for every one.
 type uplink struct {
-	cfg     Config
-	gate    *gate
-	kafka   producer
-	members standingChecker
-	store   commandStore
-	acks    commandAcks
-	tracer  trace.Tracer // nil: tracing off
-	log     *slog.Logger
-	m       *metrics
-	now     func() time.Time
+	cfg    Config
+	gate   *gate
+	kafka  producer
+	store  commandStore
+	acks   commandAcks
+	tracer trace.Tracer // nil: tracing off
+	log    *slog.Logger
+	m      *metrics
+	now    func() time.Time
 	// bodies seals message and edit bodies (nil: no KEK, plaintext).
 	bodies *bodies
 
 	inflight sync.WaitGroup // commands between begin and done, all transports
 }
 
-func newUplink(cfg Config, gate *gate, kafka producer, members standingChecker, st commandStore, acks commandAcks,
+func newUplink(cfg Config, gate *gate, kafka producer, st commandStore, acks commandAcks,
 	tracer trace.Tracer, log *slog.Logger, m *metrics, now func() time.Time) *uplink {
-	return &uplink{cfg: cfg, gate: gate, kafka: kafka, members: members, store: st, acks: acks,
+	return &uplink{cfg: cfg, gate: gate, kafka: kafka, store: st, acks: acks,
 		tracer: tracer, log: log, m: m, now: now}
 }
 
@@ -125,18 +123,24 @@ func (u *uplink) wait() { u.inflight.Wait() }
 
 // prepare checks a command against the store and builds its uplink. It
 // blocks on store reads (bounded by storeTimeout).
+//
+// It refuses early only what the log is certain to refuse. Membership is
+// not among that: the store trails the log (a create or an add not stored
+// yet, a gateway just restarted), so whether the sender may send, edit,
+// recall, add, remove or join is the sequencer's decision, in log order
+// (internal/groups), and every uplink is marked governed: a session with
+// no create refuses it with SESSION_NOT_FOUND, one the sender is not in
+// with NOT_A_MEMBER, each a durable refusal a retry gets again.
 func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (*imv1.Uplink, *apierr.Error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	up := &imv1.Uplink{
 		SessionId: f.SessionID, ClientMsgId: f.ClientMsgID, SenderUserId: p.UserID, SenderDeviceId: p.DeviceID,
 		GatewayId: u.cfg.GatewayID, ClientTsMs: f.ClientTs, GatewayTsMs: u.now().UnixMilli(),
+		Governed: true,
 	}
 	switch f.Op {
 	case wire.OpSend:
-		if err := requireSender(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
-			return nil, err
-		}
 		body, err := wire.ContentBytes(f.Type, f.Body, u.cfg.Limits.MaxBodyBytes)
 		if err != nil {
 			return nil, err
@@ -147,9 +151,6 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 		}
 		up.Command = &imv1.Uplink_Message{Message: c}
 	case wire.OpEdit, wire.OpRecall:
-		if err := requireSender(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
-			return nil, err
-		}
 		if err := u.checkTarget(ctx, p, f); err != nil {
 			return nil, err
 		}
@@ -175,11 +176,7 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 		up.Command = &imv1.Uplink_SessionCreate{SessionCreate: sc}
 	case wire.OpMembers:
 		// Who may add or remove whom is the sequencer's decision, in log
-		// order (internal/groups); the gateway only refuses non-members
-		// early.
-		if err := requireSender(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
-			return nil, err
-		}
+		// order (internal/groups).
 		mc := &imv1.MembershipChange{Op: imv1.MembershipChange_OP_ADD, UserIds: dedupe(f.UserIDs)}
 		switch f.Action {
 		case wire.ActionRemove:
@@ -189,13 +186,7 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 		}
 		up.Command = &imv1.Uplink_Membership{Membership: mc}
 	case wire.OpGroup:
-		// A join comes from a non-member; everything else needs a member.
-		// The rules themselves are the sequencer's (internal/groups).
-		if f.Action != wire.ActionJoin {
-			if err := requireSender(ctx, u.members, u.log, f.SessionID, p.UserID); err != nil {
-				return nil, err
-			}
-		}
+		// The rules are the sequencer's (internal/groups).
 		up.Command = &imv1.Uplink_Group{Group: f.GroupChange()}
 	default:
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "op %q is not a command", f.Op)
@@ -262,12 +253,18 @@ func (u *uplink) checkCreate(ctx context.Context, p auth.Principal, f *wire.Clie
 		}
 		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_SESSION_EXISTS, "session %s exists", f.SessionID)
 	}
-	_, exists, err := u.store.Session(ctx, f.SessionID, p.UserID)
+	// Members without a create: clients took the session by a join or an
+	// add before those needed a create. The log would take this create,
+	// but the takers would stay listed beside its members; an operator
+	// hands the session back first (`seqflow reclaim`, which `seqflow
+	// verify` lists).
+	taken, err := u.store.Members(ctx, f.SessionID)
 	if err != nil {
 		return nil, storeError(err)
 	}
-	if exists {
-		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_SESSION_EXISTS, "session %s exists", f.SessionID)
+	if len(taken) > 0 {
+		return nil, apierr.Newf(imv1.ErrorCode_ERROR_CODE_SESSION_EXISTS,
+			"session %s has members but was never created: an operator must reclaim it (seqflow reclaim) before it can be created", f.SessionID)
 	}
 	return sc, nil
 }

@@ -109,7 +109,8 @@ func hasUnknown(u *imv1.Uplink) bool {
 	case *imv1.Uplink_SessionCreate:
 		return c.SessionCreate != nil && (unknown(c.SessionCreate) || c.SessionCreate.Settings != nil && unknown(c.SessionCreate.Settings))
 	case *imv1.Uplink_Membership:
-		return c.Membership != nil && (unknown(c.Membership) || c.Membership.Erasure != nil && unknown(c.Membership.Erasure))
+		return c.Membership != nil && (unknown(c.Membership) || c.Membership.Erasure != nil && unknown(c.Membership.Erasure) ||
+			c.Membership.Reclaim != nil && unknown(c.Membership.Reclaim))
 	case *imv1.Uplink_Edit:
 		return c.Edit != nil && (unknown(c.Edit) || c.Edit.Content != nil && unknown(c.Edit.Content))
 	case *imv1.Uplink_Recall:
@@ -216,6 +217,9 @@ func invalidUTF8(u *imv1.Uplink) string {
 		}
 		if !utf8.ValidString(c.Membership.GetErasure().GetActor()) {
 			return "membership.erasure.actor"
+		}
+		if r := c.Membership.GetReclaim(); !utf8.ValidString(r.GetActor()) || !utf8.ValidString(r.GetReason()) {
+			return "membership.reclaim"
 		}
 	case *imv1.Uplink_Edit:
 		if !utf8.ValidString(c.Edit.GetContent().GetType()) {

@@ -53,6 +53,9 @@ func runVerify(ctx context.Context, args []string) error {
 	if !rep.Equal() {
 		return fmt.Errorf("store schema %s differs from the log in %d sessions", *schema, len(rep.Differences))
 	}
+	if len(rep.Taken) > 0 {
+		return fmt.Errorf("%d sessions were taken without a create: hand each back with `seqflow reclaim -session S -actor ... -reason ...`", len(rep.Taken))
+	}
 	return nil
 }
 
@@ -79,6 +82,7 @@ func verifySchema(ctx context.Context, brokers []string, t eventlog.Topics, pool
 }
 
 func printReport(w io.Writer, schema string, rep *rebuild.Report, show int) {
+	defer printTaken(w, rep.Taken, show)
 	verdict := "EQUAL"
 	if !rep.Equal() {
 		verdict = "DIFFERENT"
@@ -95,6 +99,21 @@ func printReport(w io.Writer, schema string, rep *rebuild.Report, show int) {
 		for _, det := range d.Details {
 			fmt.Fprintf(w, "    %s\n", det)
 		}
+	}
+}
+
+// printTaken lists sessions clients took without a create (rebuild.Taken).
+func printTaken(w io.Writer, taken []rebuild.TakenSession, show int) {
+	if len(taken) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%d sessions taken without a create (a join or an add before any session_create; `seqflow reclaim` hands one back):\n", len(taken))
+	for i, t := range taken {
+		if i == show {
+			fmt.Fprintf(w, "  ... and %d more sessions\n", len(taken)-show)
+			break
+		}
+		fmt.Fprintf(w, "  taken session %s: since seq %d, listing %s\n", t.SessionID, t.FirstSeq, strings.Join(t.Users, ","))
 	}
 }
 

@@ -36,9 +36,17 @@
 //     on it is refused; a session_create without a kind makes a group;
 //   - after a dissolve every command is refused with GROUP_DISSOLVED.
 //
-// A session the partition has no session_create for is not governed: its
-// commands pass (tools that write the uplink topic directly; the gateway
-// itself refuses commands to sessions without members).
+// A session the partition has no session_create for is not governed.
+// Messages written onto the uplink topic by tools pass there, but nothing
+// gives such a session members or settings, and no client reaches it:
+//   - a client's command (Uplink.governed, set by every gateway) is
+//     refused with SESSION_NOT_FOUND, whatever it is;
+//   - a join, an add, a removal or any group change is refused with
+//     SESSION_NOT_FOUND, from a tool too: members come only from a create;
+//   - two removals pass: an erased user's leave (MembershipChange.erasure)
+//     and an operator's reclaim (MembershipChange.reclaim), which hands
+//     back a session clients took by a join or an add before these rules
+//     (`seqflow reclaim`); a reclaim of a created session is refused.
 package groups
 
 import (
@@ -133,6 +141,7 @@ func (p *Partition) Sessions() int { return len(p.sessions) }
 // command is what a rule looks at, from an uplink or an event.
 type command struct {
 	session, actor string
+	governed       bool // a client's command: the session must exist
 	nowMs          int64
 	message        bool // a chat message or an edit: needs an unmuted member
 	recall         bool
@@ -145,7 +154,7 @@ type command struct {
 }
 
 func ofUplink(u *imv1.Uplink, nowMs int64) command {
-	c := command{session: u.SessionId, actor: u.SenderUserId, nowMs: nowMs}
+	c := command{session: u.SessionId, actor: u.SenderUserId, nowMs: nowMs, governed: u.Governed}
 	switch x := u.Command.(type) {
 	case *imv1.Uplink_Message:
 		c.message = true
@@ -232,7 +241,10 @@ func (p *Partition) decide(c command) *Refusal {
 		return validSettings(c.create.GetSettings(), c.create.GetTitle())
 	}
 	if s == nil {
-		return nil // not governed
+		return decideUngoverned(c)
+	}
+	if c.membership.GetReclaim() != nil {
+		return refuse(imv1.ErrorCode_ERROR_CODE_NOT_PERMITTED, "session %s was created: a reclaim hands back only a session without a create", c.session)
 	}
 	if s.Dissolved {
 		return refuse(imv1.ErrorCode_ERROR_CODE_GROUP_DISSOLVED, "group %s was dissolved", c.session)
@@ -342,6 +354,26 @@ func (p *Partition) decide(c command) *Refusal {
 		return nil
 	}
 	return refuse(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "group change has no operation")
+}
+
+// decideUngoverned decides a command to a session with no create (see the
+// package doc).
+func decideUngoverned(c command) *Refusal {
+	mc := c.membership
+	switch {
+	case c.governed:
+		return refuse(imv1.ErrorCode_ERROR_CODE_SESSION_NOT_FOUND, "session %s was never created: create it first", c.session)
+	case mc.GetErasure() != nil:
+		return nil // an erased user leaves every session, governed or not
+	case mc.GetReclaim() != nil:
+		if mc.Op != imv1.MembershipChange_OP_REMOVE || len(mc.UserIds) == 0 {
+			return refuse(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "a reclaim removes the users it lists")
+		}
+		return nil
+	case mc != nil || c.group != nil:
+		return refuse(imv1.ErrorCode_ERROR_CODE_SESSION_NOT_FOUND, "session %s was never created: members and settings come only from its session_create", c.session)
+	}
+	return nil // a tool's message: not governed
 }
 
 func (p *Partition) decideAdd(s *Session, c command, me Member, mc *imv1.MembershipChange) *Refusal {

@@ -451,3 +451,70 @@ func TestErasureLeaves(t *testing.T) {
 		t.Error("the erased user is still in the direct session")
 	}
 }
+
+// TestUngovernedSessions: a session with no create gets no members and no
+// settings from anyone, and no command of a client; a tool's message, an
+// erased user's leave and an operator's reclaim pass. The last step
+// creates the session: the create is accepted, so a squatter's earlier
+// join cannot have taken it.
+func TestUngovernedSessions(t *testing.T) {
+	const sid = "d-taken"
+	p := NewPartition(0)
+	notFound := imv1.ErrorCode_ERROR_CODE_SESSION_NOT_FOUND
+	join := &imv1.Uplink_Group{Group: &imv1.GroupChange{Op: &imv1.GroupChange_Join_{Join: &imv1.GroupChange_Join{}}}}
+	text := &imv1.Uplink_Message{Message: &imv1.MessageContent{Type: "text"}}
+	erased := members(remove, "x")
+	erased.Membership.Erasure = &imv1.Erasure{Actor: "dpo"}
+	reclaim := members(remove, "x", "y")
+	reclaim.Membership.Reclaim = &imv1.Reclaim{Actor: "ops", Reason: "ticket 7"}
+	badReclaim := members(add, "x")
+	badReclaim.Membership.Reclaim = &imv1.Reclaim{Actor: "ops"}
+	for _, c := range []struct {
+		name     string
+		sender   string
+		cmd      any
+		governed bool
+		want     imv1.ErrorCode
+	}{
+		{"a client's join", "x", join, true, notFound},
+		{"a tool's join", "x", join, false, notFound},
+		{"a client's add", "x", members(add, "x", "y"), true, notFound},
+		{"a tool's add", "x", members(add, "y"), false, notFound},
+		{"a tool's removal", "x", members(remove, "y"), false, notFound},
+		{"a tool's group edit", "x", &imv1.Uplink_Group{Group: &imv1.GroupChange{Op: &imv1.GroupChange_Edit{Edit: &imv1.GroupChange_EditGroup{Title: str("mine")}}}}, false, notFound},
+		{"a client's message", "x", text, true, notFound},
+		{"a client's erasure leave", "x", erased, true, notFound},
+		{"a tool's message", "x", text, false, ok},
+		{"an erased user's leave", "x", erased, false, ok},
+		{"a reclaim adding", "ops", badReclaim, false, bad},
+		{"a reclaim", "ops", reclaim, false, ok},
+	} {
+		u := up(c.sender, c.cmd)
+		if g, isGroup := c.cmd.(*imv1.Uplink_Group); isGroup {
+			u.Command = g
+		}
+		u.SessionId, u.Governed = sid, c.governed
+		r := p.Sequence(u, 10)
+		switch {
+		case r == nil && c.want != ok:
+			t.Errorf("%s: accepted, want %v", c.name, c.want)
+		case r != nil && r.Code != c.want:
+			t.Errorf("%s: %v, want %v", c.name, r, c.want)
+		}
+		if p.Session(sid) != nil {
+			t.Fatalf("%s made %s governed", c.name, sid)
+		}
+	}
+	create := &imv1.Uplink{SessionId: sid, SenderUserId: "a", Governed: true, Command: &imv1.Uplink_SessionCreate{SessionCreate: &imv1.SessionCreate{
+		Kind: imv1.SessionKind_SESSION_KIND_DIRECT, MemberUserIds: []string{"a", "b"}}}}
+	if r := p.Sequence(create, 11); r != nil {
+		t.Fatalf("the pair's create after the refused join: %v", r)
+	}
+	if got := p.Session(sid).Members; len(got) != 2 {
+		t.Errorf("members after the create: %v", got)
+	}
+	reclaim2 := &imv1.Uplink{SessionId: sid, SenderUserId: "ops", Command: reclaim}
+	if r := p.Sequence(reclaim2, 12); r == nil || r.Code != denied {
+		t.Errorf("a reclaim of a created session: %v", r)
+	}
+}

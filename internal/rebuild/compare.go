@@ -173,7 +173,10 @@ type Report struct {
 	StoreRows   int
 	Sessions    int // sessions in the log or the store
 	Differences []SessionDiff
-	Elapsed     time.Duration
+	// Taken: sessions clients took without a create (Taken); not a
+	// difference between the store and the log, but a finding of its own.
+	Taken   []TakenSession
+	Elapsed time.Duration
 }
 
 // Equal reports whether the store holds exactly the log.
@@ -220,7 +223,7 @@ func Expected(rows []store.Row) map[store.Key]store.Row {
 func Compare(ctx context.Context, pool *pgxpool.Pool, schema string, l *Log) (*Report, error) {
 	start := time.Now()
 	want := Expected(l.Rows)
-	rep := &Report{LogEvents: len(want)}
+	rep := &Report{LogEvents: len(want), Taken: Taken(l.Rows)}
 	diffs := map[string]*SessionDiff{}
 	diff := func(s string) *SessionDiff {
 		d := diffs[s]

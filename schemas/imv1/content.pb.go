@@ -635,7 +635,12 @@ type MembershipChange struct {
 	// (docs/erasure.md) and leaves the session whatever their role, in a
 	// direct session too. Only `seqflow erase user` writes it; a gateway
 	// never sets it from a client.
-	Erasure       *Erasure `protobuf:"bytes,3,opt,name=erasure,proto3" json:"erasure,omitempty"`
+	Erasure *Erasure `protobuf:"bytes,3,opt,name=erasure,proto3" json:"erasure,omitempty"`
+	// reclaim, on a removal: an operator hands back a session that has no
+	// session_create, which clients took by a join or an add before
+	// internal/groups refused those (`seqflow reclaim`). The sequencer
+	// accepts it only for such a session; a gateway never sets it.
+	Reclaim       *Reclaim `protobuf:"bytes,4,opt,name=reclaim,proto3" json:"reclaim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -691,6 +696,69 @@ func (x *MembershipChange) GetErasure() *Erasure {
 	return nil
 }
 
+func (x *MembershipChange) GetReclaim() *Reclaim {
+	if x != nil {
+		return x.Reclaim
+	}
+	return nil
+}
+
+// Reclaim records an operator's hand-back of a taken session: who did it
+// and why. The removal it rides on lists the users it removes.
+type Reclaim struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// actor is the operator who reclaimed the session.
+	Actor string `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// reason is the operator's reason (a ticket, a report).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reclaim) Reset() {
+	*x = Reclaim{}
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reclaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reclaim) ProtoMessage() {}
+
+func (x *Reclaim) ProtoReflect() protoreflect.Message {
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reclaim.ProtoReflect.Descriptor instead.
+func (*Reclaim) Descriptor() ([]byte, []int) {
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Reclaim) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Reclaim) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // Erasure records an erasure: who asked for it and when. It holds no
 // content.
 type Erasure struct {
@@ -705,7 +773,7 @@ type Erasure struct {
 
 func (x *Erasure) Reset() {
 	*x = Erasure{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[5]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +785,7 @@ func (x *Erasure) String() string {
 func (*Erasure) ProtoMessage() {}
 
 func (x *Erasure) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[5]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +798,7 @@ func (x *Erasure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Erasure.ProtoReflect.Descriptor instead.
 func (*Erasure) Descriptor() ([]byte, []int) {
-	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{5}
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Erasure) GetActor() string {
@@ -758,7 +826,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[6]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +838,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[6]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +851,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{6}
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Edit) GetTargetSeq() int64 {
@@ -810,7 +878,7 @@ type Recall struct {
 
 func (x *Recall) Reset() {
 	*x = Recall{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[7]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +890,7 @@ func (x *Recall) String() string {
 func (*Recall) ProtoMessage() {}
 
 func (x *Recall) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[7]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +903,7 @@ func (x *Recall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Recall.ProtoReflect.Descriptor instead.
 func (*Recall) Descriptor() ([]byte, []int) {
-	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{7}
+	return file_seqflow_im_v1_content_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Recall) GetTargetSeq() int64 {
@@ -859,7 +927,7 @@ type GroupChange_Join struct {
 
 func (x *GroupChange_Join) Reset() {
 	*x = GroupChange_Join{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[8]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +939,7 @@ func (x *GroupChange_Join) String() string {
 func (*GroupChange_Join) ProtoMessage() {}
 
 func (x *GroupChange_Join) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[8]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +980,7 @@ type GroupChange_SetRole struct {
 
 func (x *GroupChange_SetRole) Reset() {
 	*x = GroupChange_SetRole{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[9]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +992,7 @@ func (x *GroupChange_SetRole) String() string {
 func (*GroupChange_SetRole) ProtoMessage() {}
 
 func (x *GroupChange_SetRole) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[9]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1033,7 @@ type GroupChange_TransferOwnership struct {
 
 func (x *GroupChange_TransferOwnership) Reset() {
 	*x = GroupChange_TransferOwnership{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[10]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1045,7 @@ func (x *GroupChange_TransferOwnership) String() string {
 func (*GroupChange_TransferOwnership) ProtoMessage() {}
 
 func (x *GroupChange_TransferOwnership) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[10]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1080,7 @@ type GroupChange_Mute struct {
 
 func (x *GroupChange_Mute) Reset() {
 	*x = GroupChange_Mute{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[11]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1092,7 @@ func (x *GroupChange_Mute) String() string {
 func (*GroupChange_Mute) ProtoMessage() {}
 
 func (x *GroupChange_Mute) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[11]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1132,7 @@ type GroupChange_MuteAll struct {
 
 func (x *GroupChange_MuteAll) Reset() {
 	*x = GroupChange_MuteAll{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[12]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1144,7 @@ func (x *GroupChange_MuteAll) String() string {
 func (*GroupChange_MuteAll) ProtoMessage() {}
 
 func (x *GroupChange_MuteAll) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[12]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1186,7 @@ type GroupChange_EditGroup struct {
 
 func (x *GroupChange_EditGroup) Reset() {
 	*x = GroupChange_EditGroup{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[13]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1198,7 @@ func (x *GroupChange_EditGroup) String() string {
 func (*GroupChange_EditGroup) ProtoMessage() {}
 
 func (x *GroupChange_EditGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[13]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1273,7 @@ type GroupChange_Dissolve struct {
 
 func (x *GroupChange_Dissolve) Reset() {
 	*x = GroupChange_Dissolve{}
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[14]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1285,7 @@ func (x *GroupChange_Dissolve) String() string {
 func (*GroupChange_Dissolve) ProtoMessage() {}
 
 func (x *GroupChange_Dissolve) ProtoReflect() protoreflect.Message {
-	mi := &file_seqflow_im_v1_content_proto_msgTypes[14]
+	mi := &file_seqflow_im_v1_content_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,16 +1365,20 @@ const file_seqflow_im_v1_content_proto_rawDesc = "" +
 	"\f_invite_code\x1a\n" +
 	"\n" +
 	"\bDissolveB\x04\n" +
-	"\x02op\"\xc8\x01\n" +
+	"\x02op\"\xfa\x01\n" +
 	"\x10MembershipChange\x122\n" +
 	"\x02op\x18\x01 \x01(\x0e2\".seqflow.im.v1.MembershipChange.OpR\x02op\x12\x19\n" +
 	"\buser_ids\x18\x02 \x03(\tR\auserIds\x120\n" +
-	"\aerasure\x18\x03 \x01(\v2\x16.seqflow.im.v1.ErasureR\aerasure\"3\n" +
+	"\aerasure\x18\x03 \x01(\v2\x16.seqflow.im.v1.ErasureR\aerasure\x120\n" +
+	"\areclaim\x18\x04 \x01(\v2\x16.seqflow.im.v1.ReclaimR\areclaim\"3\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06OP_ADD\x10\x01\x12\r\n" +
-	"\tOP_REMOVE\x10\x02\"A\n" +
+	"\tOP_REMOVE\x10\x02\"7\n" +
+	"\aReclaim\x12\x14\n" +
+	"\x05actor\x18\x01 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"A\n" +
 	"\aErasure\x12\x14\n" +
 	"\x05actor\x18\x01 \x01(\tR\x05actor\x12 \n" +
 	"\ferased_at_ms\x18\x02 \x01(\x03R\n" +
@@ -1346,7 +1418,7 @@ func file_seqflow_im_v1_content_proto_rawDescGZIP() []byte {
 }
 
 var file_seqflow_im_v1_content_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_seqflow_im_v1_content_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_seqflow_im_v1_content_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_seqflow_im_v1_content_proto_goTypes = []any{
 	(SessionKind)(0),                      // 0: seqflow.im.v1.SessionKind
 	(GroupRole)(0),                        // 1: seqflow.im.v1.GroupRole
@@ -1357,38 +1429,40 @@ var file_seqflow_im_v1_content_proto_goTypes = []any{
 	(*GroupSettings)(nil),                 // 6: seqflow.im.v1.GroupSettings
 	(*GroupChange)(nil),                   // 7: seqflow.im.v1.GroupChange
 	(*MembershipChange)(nil),              // 8: seqflow.im.v1.MembershipChange
-	(*Erasure)(nil),                       // 9: seqflow.im.v1.Erasure
-	(*Edit)(nil),                          // 10: seqflow.im.v1.Edit
-	(*Recall)(nil),                        // 11: seqflow.im.v1.Recall
-	(*GroupChange_Join)(nil),              // 12: seqflow.im.v1.GroupChange.Join
-	(*GroupChange_SetRole)(nil),           // 13: seqflow.im.v1.GroupChange.SetRole
-	(*GroupChange_TransferOwnership)(nil), // 14: seqflow.im.v1.GroupChange.TransferOwnership
-	(*GroupChange_Mute)(nil),              // 15: seqflow.im.v1.GroupChange.Mute
-	(*GroupChange_MuteAll)(nil),           // 16: seqflow.im.v1.GroupChange.MuteAll
-	(*GroupChange_EditGroup)(nil),         // 17: seqflow.im.v1.GroupChange.EditGroup
-	(*GroupChange_Dissolve)(nil),          // 18: seqflow.im.v1.GroupChange.Dissolve
+	(*Reclaim)(nil),                       // 9: seqflow.im.v1.Reclaim
+	(*Erasure)(nil),                       // 10: seqflow.im.v1.Erasure
+	(*Edit)(nil),                          // 11: seqflow.im.v1.Edit
+	(*Recall)(nil),                        // 12: seqflow.im.v1.Recall
+	(*GroupChange_Join)(nil),              // 13: seqflow.im.v1.GroupChange.Join
+	(*GroupChange_SetRole)(nil),           // 14: seqflow.im.v1.GroupChange.SetRole
+	(*GroupChange_TransferOwnership)(nil), // 15: seqflow.im.v1.GroupChange.TransferOwnership
+	(*GroupChange_Mute)(nil),              // 16: seqflow.im.v1.GroupChange.Mute
+	(*GroupChange_MuteAll)(nil),           // 17: seqflow.im.v1.GroupChange.MuteAll
+	(*GroupChange_EditGroup)(nil),         // 18: seqflow.im.v1.GroupChange.EditGroup
+	(*GroupChange_Dissolve)(nil),          // 19: seqflow.im.v1.GroupChange.Dissolve
 }
 var file_seqflow_im_v1_content_proto_depIdxs = []int32{
 	0,  // 0: seqflow.im.v1.SessionCreate.kind:type_name -> seqflow.im.v1.SessionKind
 	6,  // 1: seqflow.im.v1.SessionCreate.settings:type_name -> seqflow.im.v1.GroupSettings
 	2,  // 2: seqflow.im.v1.GroupSettings.join_rule:type_name -> seqflow.im.v1.JoinRule
-	12, // 3: seqflow.im.v1.GroupChange.join:type_name -> seqflow.im.v1.GroupChange.Join
-	13, // 4: seqflow.im.v1.GroupChange.set_role:type_name -> seqflow.im.v1.GroupChange.SetRole
-	14, // 5: seqflow.im.v1.GroupChange.transfer_ownership:type_name -> seqflow.im.v1.GroupChange.TransferOwnership
-	15, // 6: seqflow.im.v1.GroupChange.mute:type_name -> seqflow.im.v1.GroupChange.Mute
-	16, // 7: seqflow.im.v1.GroupChange.mute_all:type_name -> seqflow.im.v1.GroupChange.MuteAll
-	17, // 8: seqflow.im.v1.GroupChange.edit:type_name -> seqflow.im.v1.GroupChange.EditGroup
-	18, // 9: seqflow.im.v1.GroupChange.dissolve:type_name -> seqflow.im.v1.GroupChange.Dissolve
+	13, // 3: seqflow.im.v1.GroupChange.join:type_name -> seqflow.im.v1.GroupChange.Join
+	14, // 4: seqflow.im.v1.GroupChange.set_role:type_name -> seqflow.im.v1.GroupChange.SetRole
+	15, // 5: seqflow.im.v1.GroupChange.transfer_ownership:type_name -> seqflow.im.v1.GroupChange.TransferOwnership
+	16, // 6: seqflow.im.v1.GroupChange.mute:type_name -> seqflow.im.v1.GroupChange.Mute
+	17, // 7: seqflow.im.v1.GroupChange.mute_all:type_name -> seqflow.im.v1.GroupChange.MuteAll
+	18, // 8: seqflow.im.v1.GroupChange.edit:type_name -> seqflow.im.v1.GroupChange.EditGroup
+	19, // 9: seqflow.im.v1.GroupChange.dissolve:type_name -> seqflow.im.v1.GroupChange.Dissolve
 	3,  // 10: seqflow.im.v1.MembershipChange.op:type_name -> seqflow.im.v1.MembershipChange.Op
-	9,  // 11: seqflow.im.v1.MembershipChange.erasure:type_name -> seqflow.im.v1.Erasure
-	4,  // 12: seqflow.im.v1.Edit.content:type_name -> seqflow.im.v1.MessageContent
-	1,  // 13: seqflow.im.v1.GroupChange.SetRole.role:type_name -> seqflow.im.v1.GroupRole
-	2,  // 14: seqflow.im.v1.GroupChange.EditGroup.join_rule:type_name -> seqflow.im.v1.JoinRule
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	10, // 11: seqflow.im.v1.MembershipChange.erasure:type_name -> seqflow.im.v1.Erasure
+	9,  // 12: seqflow.im.v1.MembershipChange.reclaim:type_name -> seqflow.im.v1.Reclaim
+	4,  // 13: seqflow.im.v1.Edit.content:type_name -> seqflow.im.v1.MessageContent
+	1,  // 14: seqflow.im.v1.GroupChange.SetRole.role:type_name -> seqflow.im.v1.GroupRole
+	2,  // 15: seqflow.im.v1.GroupChange.EditGroup.join_rule:type_name -> seqflow.im.v1.JoinRule
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_seqflow_im_v1_content_proto_init() }
@@ -1405,14 +1479,14 @@ func file_seqflow_im_v1_content_proto_init() {
 		(*GroupChange_Edit)(nil),
 		(*GroupChange_Dissolve_)(nil),
 	}
-	file_seqflow_im_v1_content_proto_msgTypes[13].OneofWrappers = []any{}
+	file_seqflow_im_v1_content_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_seqflow_im_v1_content_proto_rawDesc), len(file_seqflow_im_v1_content_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -43,6 +43,14 @@ type Uplink struct {
 	ClientTsMs int64 `protobuf:"varint,6,opt,name=client_ts_ms,json=clientTsMs,proto3" json:"client_ts_ms,omitempty"`
 	// gateway_ts_ms is when the gateway accepted the command.
 	GatewayTsMs int64 `protobuf:"varint,7,opt,name=gateway_ts_ms,json=gatewayTsMs,proto3" json:"gateway_ts_ms,omitempty"`
+	// governed is set by a gateway on every client command: the session must
+	// have a session_create earlier in the log, else the sequencer refuses
+	// the command with SESSION_NOT_FOUND (a create itself is exempt). Tools
+	// that write this topic directly leave it unset; their sessions may stay
+	// ungoverned (no create), and only messages reach those: every
+	// membership or group command needs a created session
+	// (internal/groups).
+	Governed bool `protobuf:"varint,8,opt,name=governed,proto3" json:"governed,omitempty"`
 	// Types that are valid to be assigned to Command:
 	//
 	//	*Uplink_Message
@@ -133,6 +141,13 @@ func (x *Uplink) GetGatewayTsMs() int64 {
 		return x.GatewayTsMs
 	}
 	return 0
+}
+
+func (x *Uplink) GetGoverned() bool {
+	if x != nil {
+		return x.Governed
+	}
+	return false
 }
 
 func (x *Uplink) GetCommand() isUplink_Command {
@@ -240,7 +255,7 @@ var File_seqflow_im_v1_uplink_proto protoreflect.FileDescriptor
 
 const file_seqflow_im_v1_uplink_proto_rawDesc = "" +
 	"\n" +
-	"\x1aseqflow/im/v1/uplink.proto\x12\rseqflow.im.v1\x1a\x1bseqflow/im/v1/content.proto\"\xe0\x04\n" +
+	"\x1aseqflow/im/v1/uplink.proto\x12\rseqflow.im.v1\x1a\x1bseqflow/im/v1/content.proto\"\xfc\x04\n" +
 	"\x06Uplink\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -251,7 +266,8 @@ const file_seqflow_im_v1_uplink_proto_rawDesc = "" +
 	"gateway_id\x18\x05 \x01(\tR\tgatewayId\x12 \n" +
 	"\fclient_ts_ms\x18\x06 \x01(\x03R\n" +
 	"clientTsMs\x12\"\n" +
-	"\rgateway_ts_ms\x18\a \x01(\x03R\vgatewayTsMs\x129\n" +
+	"\rgateway_ts_ms\x18\a \x01(\x03R\vgatewayTsMs\x12\x1a\n" +
+	"\bgoverned\x18\b \x01(\bR\bgoverned\x129\n" +
 	"\amessage\x18\n" +
 	" \x01(\v2\x1d.seqflow.im.v1.MessageContentH\x00R\amessage\x12E\n" +
 	"\x0esession_create\x18\v \x01(\v2\x1c.seqflow.im.v1.SessionCreateH\x00R\rsessionCreate\x12A\n" +

@@ -57,6 +57,16 @@ func (m *Uplink) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		}
 		i -= size
 	}
+	if m.Governed {
+		i--
+		if m.Governed {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x40
+	}
 	if m.GatewayTsMs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.GatewayTsMs))
 		i--
@@ -274,6 +284,9 @@ func (m *Uplink) SizeVT() (n int) {
 	}
 	if m.GatewayTsMs != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.GatewayTsMs))
+	}
+	if m.Governed {
+		n += 2
 	}
 	if vtmsg, ok := m.Command.(interface{ SizeVT() int }); ok {
 		n += vtmsg.SizeVT()
@@ -593,6 +606,26 @@ func (m *Uplink) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Governed", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Governed = bool(v != 0)
 		case 10:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Message", wireType)

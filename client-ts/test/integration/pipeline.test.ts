@@ -210,8 +210,8 @@ describe('TypeScript SDK against the pipeline', { concurrency: false }, () => {
     const a = await start(t, user('alice'), 'phone');
     await assert.rejects(a.c.send('g-nobody-has-this-session', text('hi')), (e: unknown) => {
       assert.ok(e instanceof ServerError, String(e));
-      assert.equal(e.code, ErrorCode.not_a_member);
-      assert.equal(e.errorName, 'not_a_member');
+      assert.equal(e.code, ErrorCode.session_not_found);
+      assert.equal(e.errorName, 'session_not_found');
       assert.equal(e.retryable, false);
       assert.equal(isRetryable(e), false);
       return true;
