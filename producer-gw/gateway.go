@@ -288,7 +288,7 @@ func (g *Gateway) compose() {
 	g.waiters = newWaiters(g.m, g.now)
 	g.members = newMembership(g.store, g.cfg.MemberCacheTTL, localMembershipTTL)
 	g.hub = newHub(g.gate, g.presence, g.cfg.PresenceTTL, g.log, g.m)
-	g.up = newUplink(g.cfg, g.gate, g.kc, lookups{g.pool, g.store}, g.waiters, g.tracer, g.log, g.m, g.now)
+	g.up = newUplink(g.cfg, g.gate, g.kc, g.members, lookups{g.pool, g.store}, g.waiters, g.tracer, g.log, g.m, g.now)
 	g.down = newDownlink(g.cfg.GatewayID, g.receiver, g.waiters, g.members, g.hub, g.tracer, g.log, g.m)
 	g.settings = newSettings(presence.NewSettings(g.rdb), g.log)
 	g.recounter = newRecounter(g.store, g.log, g.m)

@@ -19,8 +19,9 @@ type memberChecker interface {
 }
 
 // standingChecker answers a user's standing in a session: the message
-// store (the persister's projection) for the membership cache. Standing
-// may block on PostgreSQL; ctx bounds the wait.
+// store (the persister's projection) for the membership cache, the cache
+// for the uplink's edit and recall. Standing may block on PostgreSQL; ctx
+// bounds the wait.
 type standingChecker interface {
 	Standing(ctx context.Context, sessionID, userID string) (store.Standing, error)
 }

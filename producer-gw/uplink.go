@@ -20,6 +20,7 @@ import (
 	"github.com/seqflow/seqflow/internal/apierr"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -62,24 +63,27 @@ type commandAcks interface {
 // for the seq. A command is in flight from begin to done; the drain waits
 // for every one.
 type uplink struct {
-	cfg    Config
-	gate   *gate
-	kafka  producer
-	store  commandStore
-	acks   commandAcks
-	tracer trace.Tracer // nil: tracing off
-	log    *slog.Logger
-	m      *metrics
-	now    func() time.Time
+	cfg   Config
+	gate  *gate
+	kafka producer
+	// members answers edit and recall's question whether the store ever
+	// listed the sender (checkTarget).
+	members standingChecker
+	store   commandStore
+	acks    commandAcks
+	tracer  trace.Tracer // nil: tracing off
+	log     *slog.Logger
+	m       *metrics
+	now     func() time.Time
 	// bodies seals message and edit bodies (nil: no KEK, plaintext).
 	bodies *bodies
 
 	inflight sync.WaitGroup // commands between begin and done, all transports
 }
 
-func newUplink(cfg Config, gate *gate, kafka producer, st commandStore, acks commandAcks,
+func newUplink(cfg Config, gate *gate, kafka producer, members standingChecker, st commandStore, acks commandAcks,
 	tracer trace.Tracer, log *slog.Logger, m *metrics, now func() time.Time) *uplink {
-	return &uplink{cfg: cfg, gate: gate, kafka: kafka, store: st, acks: acks,
+	return &uplink{cfg: cfg, gate: gate, kafka: kafka, members: members, store: st, acks: acks,
 		tracer: tracer, log: log, m: m, now: now}
 }
 
@@ -130,7 +134,9 @@ func (u *uplink) wait() { u.inflight.Wait() }
 // recall, add, remove or join is the sequencer's decision, in log order
 // (internal/groups), and every uplink is marked governed: a session with
 // no create refuses it with SESSION_NOT_FOUND, one the sender is not in
-// with NOT_A_MEMBER, each a durable refusal a retry gets again.
+// with NOT_A_MEMBER, each a durable refusal a retry gets again. Edit and
+// recall are the exception, their target rules being the gateway's own
+// (checkTarget).
 func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (*imv1.Uplink, *apierr.Error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -195,14 +201,25 @@ func (u *uplink) prepare(ctx context.Context, p auth.Principal, f *wire.ClientFr
 }
 
 // checkTarget enforces edit and recall rules: the target is a chat message
-// of the caller, not recalled, and inside the window.
+// of the caller, not recalled, and inside the window. A user the store
+// never listed in the session learns nothing of its messages: a stored
+// target cannot be theirs (the persister writes in log order, so their
+// membership would be stored before their message), and is answered
+// NOT_A_MEMBER; a target not stored yet, MESSAGE_NOT_FOUND (retryable),
+// as for a member, since their own add and message may both be on the way.
 func (u *uplink) checkTarget(ctx context.Context, p auth.Principal, f *wire.ClientFrame) *apierr.Error {
+	st, err := u.members.Standing(ctx, f.SessionID, p.UserID)
+	if err != nil {
+		return storeError(err)
+	}
 	t, found, err := u.store.target(ctx, f.SessionID, f.TargetSeq)
 	switch {
 	case err != nil:
 		return storeError(err)
 	case !found:
 		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_MESSAGE_NOT_FOUND, "no message at seq %d (yet)", f.TargetSeq)
+	case st == store.NotMember:
+		return apierr.New(imv1.ErrorCode_ERROR_CODE_NOT_A_MEMBER, "")
 	case t.kind != wire.KindMessage:
 		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "seq %d is a %s, not a chat message", f.TargetSeq, t.kind)
 	case t.sender != p.UserID:
