@@ -89,14 +89,14 @@ func (s *Server) handler(tok *Tokens) http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	if s.Config.Pprof {
-		mux.Handle("GET /debug/pprof/", operator(tok, s.Log, http.HandlerFunc(pprof.Index)))
-		mux.Handle("GET /debug/pprof/cmdline", operator(tok, s.Log, http.HandlerFunc(pprof.Cmdline)))
-		mux.Handle("GET /debug/pprof/profile", operator(tok, s.Log, http.HandlerFunc(pprof.Profile)))
-		mux.Handle("GET /debug/pprof/symbol", operator(tok, s.Log, http.HandlerFunc(pprof.Symbol)))
-		mux.Handle("GET /debug/pprof/trace", operator(tok, s.Log, http.HandlerFunc(pprof.Trace)))
+		mux.Handle("GET /debug/pprof/", Operator(tok, s.Log, http.HandlerFunc(pprof.Index)))
+		mux.Handle("GET /debug/pprof/cmdline", Operator(tok, s.Log, http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("GET /debug/pprof/profile", Operator(tok, s.Log, http.HandlerFunc(pprof.Profile)))
+		mux.Handle("GET /debug/pprof/symbol", Operator(tok, s.Log, http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("GET /debug/pprof/trace", Operator(tok, s.Log, http.HandlerFunc(pprof.Trace)))
 	}
 	for pattern, h := range s.Routes {
-		mux.Handle(pattern, operator(tok, s.Log, h))
+		mux.Handle(pattern, Operator(tok, s.Log, h))
 	}
 	return mux
 }

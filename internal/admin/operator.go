@@ -25,13 +25,16 @@ func Actor(ctx context.Context) string {
 	return a
 }
 
-// operator guards an operator endpoint: the request must carry a token of
-// tok as "Authorization: Bearer <token>" (no cookie or query parameter is
-// read: a page in the operator's browser cannot make its requests carry
-// one), and a request with a body must be application/json (a
-// cross-site form post is refused even were it to carry a token). The
-// handler finds the token's name in Actor(r.Context()).
-func operator(tok *Tokens, log *slog.Logger, h http.Handler) http.Handler {
+// Operator guards an operator endpoint, on the admin port (Server.Routes)
+// or on any other server of operators and services (one scheme for all):
+// the request must carry a token of tok as "Authorization: Bearer
+// <token>" (no cookie or query parameter is read: a page in the
+// operator's browser cannot make its requests carry one), and a request
+// with a body must be application/json (a cross-site form post is refused
+// even were it to carry a token). A nil tok refuses everything
+// (CodeOperatorAuthOff). The handler finds the token's name in
+// Actor(r.Context()); log, when set, gets every request's actor or refusal.
+func Operator(tok *Tokens, log *slog.Logger, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		actor, e := authenticate(tok, r)
