@@ -108,6 +108,9 @@ func TestAdminPlaneAuth(t *testing.T) {
 		{"form post with the token", token, "application/x-www-form-urlencoded", form, 415, "unsupported_media_type"},
 		{"text/plain with the token", token, "text/plain", body, 415, "unsupported_media_type"},
 		{"an actor of the caller's choosing", token, "application/json", `{"user_id":"` + bob + `","actor":"someone-else"}`, 400, "bad_request"},
+		{"no user_id", token, "application/json", `{}`, 400, "bad_request"},
+		{"an invalid user_id", token, "application/json", `{"user_id":"bob smith"}`, 400, "bad_request"},
+		{"the old form names as JSON", token, "application/json", `{"user":"` + bob + `"}`, 400, "bad_request"},
 	} {
 		code, out, raw := adminCall(t, "POST", erase, tt.token, tt.ctype, tt.body)
 		if code != tt.code || out["code"] != tt.errCode || out["reason"] == "" {
