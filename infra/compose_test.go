@@ -108,6 +108,8 @@ func TestCheckComposeCatches(t *testing.T) {
 		"replication 3":      func(p *types.Project) { s := p.Services["setup"]; s.Command[4] = "3"; p.Services["setup"] = s },
 		"port beyond host":   func(p *types.Project) { s := p.Services["redis"]; s.Ports[0].HostIP = ""; p.Services["redis"] = s },
 		"brokers point away": func(p *types.Project) { setEnv(p, "persister", "SEQFLOW_KAFKA_BROKERS", val("kafak:9092")) },
+		"no admin tokens":    func(p *types.Project) { setEnv(p, "producer-gw", "SEQFLOW_ADMIN_TOKENS_FILE", nil) },
+		"tokens not mounted": func(p *types.Project) { s := p.Services["pusher"]; s.Volumes = nil; p.Services["pusher"] = s },
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := load()
@@ -171,6 +173,14 @@ func checkCompose(p *types.Project, env map[string]map[string]bool) []string {
 		if addrVar, ok := adminEnv[svc]; ok {
 			if h, _, err := net.SplitHostPort(get(name, addrVar)); err != nil || h != "0.0.0.0" {
 				bad("service %s: %s %q, want 0.0.0.0:PORT", name, addrVar, get(name, addrVar))
+			}
+			// The operators' tokens: a file in a volume (internal/admin).
+			tokens, mounted := get(name, "SEQFLOW_ADMIN_TOKENS_FILE"), false
+			for _, v := range s.Volumes {
+				mounted = mounted || (tokens != "" && v.Target == filepath.Dir(tokens) && v.Source != "")
+			}
+			if !mounted {
+				bad("service %s: SEQFLOW_ADMIN_TOKENS_FILE %q is in no volume it mounts", name, tokens)
 			}
 		}
 	}

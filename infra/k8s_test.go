@@ -226,6 +226,36 @@ func TestCheckDeploymentCatches(t *testing.T) {
 		"instance id shared": func(objs []obj) {
 			setEnv(container(find(objs, "Deployment", "seqflow-persister")), "PERSISTER_INSTANCE_ID", "p")
 		},
+		"no admin policy": func(objs []obj) {
+			find(objs, "NetworkPolicy", "seqflow-admin")["kind"] = "ConfigMap"
+		},
+		"admin port open to all": func(objs []obj) {
+			delete(list(find(objs, "NetworkPolicy", "seqflow-admin"), "spec", "ingress")[0].(obj), "from")
+		},
+		"admin port open to the namespace": func(objs []obj) {
+			r := list(find(objs, "NetworkPolicy", "seqflow-admin"), "spec", "ingress")[0].(obj)
+			r["from"] = append(r["from"].([]any), obj{"podSelector": obj{}})
+		},
+		"every port open to all": func(objs []obj) {
+			find(objs, "NetworkPolicy", "seqflow-producer-gw-clients")["spec"].(obj)["ingress"] = []any{obj{}}
+		},
+		"push port open to all": func(objs []obj) {
+			delete(list(find(objs, "NetworkPolicy", "seqflow-producer-gw-push"), "spec", "ingress")[0].(obj), "from")
+		},
+		"push port open to the persister": func(objs []obj) {
+			r := list(find(objs, "NetworkPolicy", "seqflow-producer-gw-push"), "spec", "ingress")[0].(obj)
+			e := list(r["from"].([]any)[0], "podSelector", "matchExpressions")[0].(obj)
+			e["values"] = append(e["values"].([]any), "seqflow-persister")
+		},
+		"no client policy": func(objs []obj) {
+			find(objs, "NetworkPolicy", "seqflow-producer-gw-clients")["kind"] = "ConfigMap"
+		},
+		"no admin tokens volume": func(objs []obj) {
+			delete(podSpec(find(objs, "Deployment", "seqflow-pusher")), "volumes")
+		},
+		"admin tokens elsewhere": func(objs []obj) {
+			find(objs, "ConfigMap", "seqflow")["data"].(obj)["SEQFLOW_ADMIN_TOKENS_FILE"] = "/etc/tokens"
+		},
 		"service port nobody serves": func(objs []obj) {
 			find(objs, "Service", "redis")["spec"].(obj)["ports"] = []any{obj{"name": "redis", "port": 6379, "targetPort": "redsi"}}
 		},
@@ -426,6 +456,7 @@ func checkDeployment(objs []obj, env map[string]map[string]bool, quickstart bool
 	for _, o := range objs {
 		problems = append(problems, checkSelects(o, objs)...)
 	}
+	problems = append(problems, checkAdminAccess(objs)...)
 	if !slices.Equal(setupArgs, []string{"setup", "-partitions", strconv.Itoa(eventlog.DefaultPartitions), "-replication", "3"}) {
 		bad("setup job args %q, want %d partitions (docs/operations.md) and replication 3", setupArgs, eventlog.DefaultPartitions)
 	}
@@ -579,6 +610,155 @@ func checkQuickstart(objs []obj) []string {
 	pg := str(find(objs, "Secret", "seqflow"), "stringData", "SEQFLOW_PG_URL")
 	if m := regexp.MustCompile(`@([^:/]+):`).FindStringSubmatch(pg); m == nil || !svcs[m[1]] {
 		bad("SEQFLOW_PG_URL %q names no Service of the overlay", pg)
+	}
+	return problems
+}
+
+// selects reports whether a label selector (matchLabels and
+// matchExpressions with In, NotIn, Exists, DoesNotExist) selects labels;
+// an empty selector selects everything.
+func selects(sel, labels any) bool {
+	lab, _ := labels.(obj)
+	ml, _ := at(sel, "matchLabels").(obj)
+	for k, v := range ml {
+		if lab[k] != v {
+			return false
+		}
+	}
+	for _, e := range list(sel, "matchExpressions") {
+		v, has := lab[str(e, "key")]
+		in := false
+		for _, x := range list(e, "values") {
+			in = in || (has && x == v)
+		}
+		switch str(e, "operator") {
+		case "In":
+			if !in {
+				return false
+			}
+		case "NotIn":
+			if in {
+				return false
+			}
+		case "Exists":
+			if !has {
+				return false
+			}
+		case "DoesNotExist":
+			if has {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkAdminAccess: every service mounts the Secret seqflow-admin where
+// SEQFLOW_ADMIN_TOKENS_FILE points, and the NetworkPolicies let only
+// namespaces (monitoring, operators) reach the admin ports, only the
+// pushers and sequencers the gateway's push port, everyone its client
+// port, and nothing reach any other port of a service's pods.
+func checkAdminAccess(objs []obj) []string {
+	var problems []string
+	bad := func(f string, a ...any) { problems = append(problems, fmt.Sprintf(f, a...)) }
+	var cm obj
+	for _, o := range objs {
+		if o["kind"] == "ConfigMap" && str(o, "metadata", "name") == "seqflow" {
+			cm = o
+		}
+	}
+	tokens := str(cm, "data", "SEQFLOW_ADMIN_TOKENS_FILE")
+	if tokens == "" {
+		bad("ConfigMap seqflow: no SEQFLOW_ADMIN_TOKENS_FILE (the operators' tokens)")
+	}
+	workloads := map[string]obj{} // service -> workload
+	for _, o := range objs {
+		if spec := podSpec(o); spec != nil && o["kind"] != "Job" {
+			if svc, ours := imageService(str(container(o), "image")); ours {
+				workloads[svc] = o
+			}
+		}
+	}
+	for svc, w := range workloads {
+		mounted := false
+		for _, v := range list(podSpec(w), "volumes") {
+			if str(v, "secret", "secretName") != "seqflow-admin" {
+				continue
+			}
+			for _, m := range list(container(w), "volumeMounts") {
+				mounted = mounted || (str(m, "name") == str(v, "name") && tokens != "" && filepath.Dir(tokens) == str(m, "mountPath"))
+			}
+		}
+		if !mounted {
+			bad("%s: the Secret seqflow-admin is not mounted where SEQFLOW_ADMIN_TOKENS_FILE (%q) points", svc, tokens)
+		}
+	}
+	labelsOf := func(w obj) any { return at(w, "spec", "template", "metadata", "labels") }
+	for svc, w := range workloads {
+		ports := map[string]string{} // number -> name
+		for _, cp := range list(container(w), "ports") {
+			ports[str(cp, "containerPort")] = str(cp, "name")
+		}
+		peers := map[string][]any{} // port name -> peers; a nil peer: everyone
+		isolated := false
+		for _, np := range objs {
+			if np["kind"] != "NetworkPolicy" || !selects(at(np, "spec", "podSelector"), labelsOf(w)) {
+				continue
+			}
+			if !slices.Contains(list(np, "spec", "policyTypes"), any("Ingress")) {
+				continue
+			}
+			isolated = true
+			for _, r := range list(np, "spec", "ingress") {
+				covered := []string{}
+				for _, p := range list(r, "ports") {
+					if name, ok := at(p, "port").(string); ok {
+						covered = append(covered, name)
+					} else {
+						covered = append(covered, ports[str(p, "port")])
+					}
+				}
+				if len(list(r, "ports")) == 0 {
+					for _, name := range ports {
+						covered = append(covered, name)
+					}
+				}
+				from := list(r, "from")
+				if len(from) == 0 {
+					from = []any{nil}
+				}
+				for _, name := range covered {
+					peers[name] = append(peers[name], from...)
+				}
+			}
+		}
+		if !isolated {
+			bad("%s: no NetworkPolicy selects its pods: every port is open to every pod", svc)
+			continue
+		}
+		for name, ps := range peers {
+			for _, peer := range ps {
+				switch {
+				case name == "client":
+				case name == "admin" && peer != nil && at(peer, "namespaceSelector") != nil && at(peer, "podSelector") == nil && at(peer, "ipBlock") == nil &&
+					len(at(peer, "namespaceSelector").(obj)) > 0:
+				case name == "push" && svc == "producer-gw" && peer != nil && at(peer, "podSelector") != nil && at(peer, "namespaceSelector") == nil:
+					for other, ow := range workloads {
+						if selects(at(peer, "podSelector"), labelsOf(ow)) != (other == "pusher" || other == "sequencer") {
+							bad("%s: the push port's peer %v selects %s: want the pushers and sequencers only", svc, peer, other)
+						}
+					}
+				default:
+					bad("%s: port %q is open to %v", svc, name, peer)
+				}
+			}
+		}
+		if len(peers["admin"]) == 0 {
+			bad("%s: nobody may reach the admin port (Prometheus)", svc)
+		}
+		if svc == "producer-gw" && (len(peers["push"]) == 0 || !slices.Contains(peers["client"], nil)) {
+			bad("%s: push port peers %v, client port peers %v: want the pushers and sequencers, and everyone", svc, peers["push"], peers["client"])
+		}
 	}
 	return problems
 }

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
 )
@@ -67,6 +68,9 @@ type Config struct {
 	// AdminAddr: PERSISTER_ADMIN_ADDR for /metrics, /healthz, /readyz,
 	// default 127.0.0.1:9102; empty disables.
 	AdminAddr string
+	// Admin: the admin port's operator tokens (SEQFLOW_ADMIN_TOKENS_FILE)
+	// and pprof (SEQFLOW_ADMIN_PPROF), as in every service: internal/admin.
+	Admin admin.Config
 	// OTLPEndpoint: SEQFLOW_OTLP_ENDPOINT, an OTLP/HTTP trace collector
 	// ("host:port" or URL), default empty: tracing off.
 	OTLPEndpoint string
@@ -102,6 +106,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		SessionTimeout:   e.Duration("PERSISTER_SESSION_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute),
 		RebalanceTimeout: e.Duration("PERSISTER_REBALANCE_TIMEOUT", 60*time.Second, time.Second, 30*time.Minute),
 		AdminAddr:        e.Optional("PERSISTER_ADMIN_ADDR", "127.0.0.1:9102"),
+		Admin:            admin.LoadConfig(e),
 		OTLPEndpoint:     e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		KafkaDebug:       e.Bool("PERSISTER_KAFKA_DEBUG", false),
 		CommitDelay:      e.Duration("PERSISTER_DEBUG_COMMIT_DELAY", 0, 0, time.Minute),

@@ -83,7 +83,7 @@ func (p *Persister) Run(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return (&admin.Server{Addr: p.cfg.AdminAddr, Reg: p.reg, Ready: p.readyz, Log: p.log}).Run(gctx)
+		return (&admin.Server{Addr: p.cfg.AdminAddr, Reg: p.reg, Ready: p.readyz, Config: p.cfg.Admin, Log: p.log}).Run(gctx)
 	})
 	g.Go(func() error { return store.Watch(gctx, pool, p.cfg.Schema, p.follow) })
 	g.Go(func() error {

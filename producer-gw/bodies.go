@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/apierr"
+	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/erasure"
 	"github.com/seqflow/seqflow/internal/keystore"
 	"github.com/seqflow/seqflow/internal/presence"
@@ -113,8 +114,9 @@ func (b *bodies) openStored(ctx context.Context, m *store.Message) (erased bool,
 	return erased, nil
 }
 
-// adminRoutes are the gateway's own operator endpoints on its admin port:
-// POST /erase/user (with SEQFLOW_KEK; docs/erasure.md).
+// adminRoutes are the gateway's own operator endpoints on its admin port,
+// behind internal/admin's operator tokens: POST /erase/user (with
+// SEQFLOW_KEK; docs/erasure.md).
 func (g *Gateway) adminRoutes() map[string]http.Handler {
 	if g.keys == nil {
 		return nil
@@ -122,24 +124,50 @@ func (g *Gateway) adminRoutes() map[string]http.Handler {
 	return map[string]http.Handler{"POST /erase/user": http.HandlerFunc(g.eraseUser)}
 }
 
-// eraseUser erases the user named by the form value user, recording actor
-// (required too), and answers what internal/erasure did, as JSON: 400 for
-// a missing value, 503 when a step failed (the erasure can be run again).
+// eraseRequest is POST /erase/user's body. The actor is not a field: it
+// is the name of the operator token that authenticated the request.
+type eraseRequest struct {
+	UserID string `json:"user_id"`
+	// Actor is read only to refuse it with a reason.
+	Actor *string `json:"actor"`
+}
+
+// eraseUser erases the user named by the JSON body's user_id, recording
+// the authenticated operator (admin.Actor) as its actor in the key store,
+// the erasure records appended to the log, the log line and the answer:
+// what internal/erasure did, as JSON. 400 bad_request for a missing
+// user_id or an actor in the body, 503 unavailable when a step failed
+// (the erasure can be run again).
 func (g *Gateway) eraseUser(w http.ResponseWriter, r *http.Request) {
-	user, actor := r.FormValue("user"), r.FormValue("actor")
-	if user == "" || actor == "" {
-		http.Error(w, "user and actor are required (who is erased, and who asks)", http.StatusBadRequest)
+	var req eraseRequest
+	if e := admin.DecodeJSON(r, &req); e != nil {
+		admin.WriteError(w, e)
 		return
 	}
+	switch {
+	case req.Actor != nil:
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Code: admin.CodeBadRequest,
+			Reason: "actor is not a field: the erasure records the name of the operator token that authenticated it"})
+		return
+	case req.UserID == "":
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Code: admin.CodeBadRequest,
+			Reason: "user_id is required: the user to erase"})
+		return
+	case auth.ValidID(req.UserID) != nil:
+		admin.WriteError(w, &admin.Error{Status: http.StatusBadRequest, Code: admin.CodeBadRequest,
+			Reason: "user_id: " + auth.ValidID(req.UserID).Error()})
+		return
+	}
+	actor := admin.Actor(r.Context())
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 	defer cancel()
 	res, err := erasure.EraseUser(ctx, erasure.Deps{Keys: g.keys, Store: g.store, Kafka: g.kc, Topics: g.cfg.Topics,
-		Devices: presence.NewDevices(g.rdb, g.cfg.DeviceRetention), Log: g.log}, user, actor)
+		Devices: presence.NewDevices(g.rdb, g.cfg.DeviceRetention), Log: g.log}, req.UserID, actor)
 	if err != nil {
-		g.log.Error("erase user", "user_id", user, "actor", actor, "err", err)
-		http.Error(w, "erasure incomplete, run it again: "+err.Error(), http.StatusServiceUnavailable)
+		g.log.Error("erase user", "user_id", req.UserID, "actor", actor, "err", err)
+		admin.WriteError(w, &admin.Error{Status: http.StatusServiceUnavailable, Code: admin.CodeUnavailable,
+			Reason: "erasure incomplete, run it again: " + err.Error()})
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(res.Report())
+	admin.WriteJSON(w, http.StatusOK, res.Report())
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
@@ -73,6 +74,9 @@ type Config struct {
 	// AdminAddr: GATEWAY_ADMIN_ADDR for /metrics /healthz /readyz, default
 	// 127.0.0.1:9103; empty disables.
 	AdminAddr string
+	// Admin: the admin port's operator tokens (SEQFLOW_ADMIN_TOKENS_FILE)
+	// and pprof (SEQFLOW_ADMIN_PPROF), as in every service: internal/admin.
+	Admin admin.Config
 	// HS256Secret: GATEWAY_JWT_HS256_SECRET, at least 32 bytes. Exactly one
 	// of it and Ed25519Public must be set.
 	HS256Secret []byte
@@ -212,6 +216,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		PushAddr:               e.String("GATEWAY_PUSH_ADDR", "127.0.0.1:0"),
 		PushAdvertise:          e.String("GATEWAY_PUSH_ADVERTISE", ""),
 		AdminAddr:              e.Optional("GATEWAY_ADMIN_ADDR", "127.0.0.1:9103"),
+		Admin:                  admin.LoadConfig(e),
 		OTLPEndpoint:           e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		DevMode:                e.Bool("GATEWAY_DEV_MODE", false),
 		DevTokenTTL:            e.Duration("GATEWAY_DEV_TOKEN_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),

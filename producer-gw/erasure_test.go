@@ -8,8 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +25,6 @@ import (
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/rebuild"
 	"github.com/seqflow/seqflow/internal/store"
-	"github.com/seqflow/seqflow/internal/testkit/proc"
 	"github.com/seqflow/seqflow/internal/wire"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
@@ -407,51 +404,6 @@ func TestRetentionExpiresBodies(t *testing.T) {
 	if m := page[cur]; m.Erased || textOf(t, m) != "new words" {
 		t.Errorf("the current message: %+v", m)
 	}
-}
-
-// TestEraseOverAdminHTTP: POST /erase/user on the gateway's admin port
-// runs the whole erasure and answers what it did; a missing value is 400.
-func TestEraseOverAdminHTTP(t *testing.T) {
-	p := newPipeline(t)
-	kb := make([]byte, keystore.KeyBytes)
-	_, _ = rand.Read(kb)
-	gw := p.gateway(map[string]string{"SEQFLOW_KEK": base64.StdEncoding.EncodeToString(kb), "GATEWAY_ADMIN_ADDR": proc.AnyPort})
-	actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
-	admin, err := gw.g.AdminAddr(actx)
-	acancel()
-	if err != nil {
-		t.Fatalf("admin server did not listen: %v", err)
-	}
-	alice, bob := user("alice"), user("bob")
-	ca, cb := p.connect(gw, alice, "d1"), p.connect(gw, bob, "d1")
-	sid, _ := createGroup(ca, bob)
-	id := newID()
-	cb.send(sendFrame(sid, id, "hello"))
-	seq := cb.mustAckOK(id).Seq
-	p.waitStored(sid, seq)
-	post := func(form url.Values) (int, map[string]any) {
-		t.Helper()
-		var resp *http.Response
-		var err error
-		if resp, err = http.PostForm("http://"+admin+"/erase/user", form); err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&out)
-		return resp.StatusCode, out
-	}
-	if code, _ := post(url.Values{"user": {bob}}); code != http.StatusBadRequest {
-		t.Errorf("an erasure without an actor: %d, want 400", code)
-	}
-	code, out := post(url.Values{"user": {bob}, "actor": {"ticket-7"}})
-	if code != http.StatusOK || out["keys_destroyed"] != float64(1) || out["sessions_left"] != float64(1) || out["actor"] != "ticket-7" {
-		t.Fatalf("erase bob: %d %v", code, out)
-	}
-	ca.expect("bob's leave", func(f frame) bool {
-		return f.Op == wire.OpEvent && f.Event.SessionID == sid && f.Event.Kind == wire.KindMembership &&
-			f.Event.Action == wire.ActionRemove && len(f.Event.UserIDs) == 1 && f.Event.UserIDs[0] == bob
-	})
 }
 
 // TestErasureLeavesSessionsNotYetStored: a group the user created just

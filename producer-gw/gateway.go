@@ -173,7 +173,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	bg.Go(func() error { return g.recounter.Run(bgCtx) })
 	bg.Go(func() error { return g.devices.Run(bgCtx) })
 	bg.Go(func() error {
-		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz, Routes: g.adminRoutes(), Log: g.log,
+		return (&admin.Server{Addr: g.cfg.AdminAddr, Reg: g.reg, Ready: g.readyz, Routes: g.adminRoutes(), Config: g.cfg.Admin, Log: g.log,
 			Bound: func(a string) { g.admin <- a }}).Run(bgCtx)
 	})
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
 )
@@ -45,6 +46,9 @@ type Config struct {
 	// 127.0.0.1:9104; empty disables it, as for the other services ("off"
 	// too, which older configs used), port 0 picks a free port.
 	AdminAddr string
+	// Admin: the admin port's operator tokens (SEQFLOW_ADMIN_TOKENS_FILE)
+	// and pprof (SEQFLOW_ADMIN_PPROF), as in every service: internal/admin.
+	Admin admin.Config
 	// Transport: PUSHER_TRANSPORT, how batches reach gateways: "auto" (the
 	// default: a direct TCP stream to gateways that registered a stream
 	// address, Redis sharded pub/sub to the others), "tcp" or "redis"
@@ -123,6 +127,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		InstanceID:          e.String("PUSHER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
 		StaticMembership:    e.Bool("PUSHER_STATIC_MEMBERSHIP", true),
 		AdminAddr:           e.Optional("PUSHER_ADMIN_ADDR", "127.0.0.1:9104"),
+		Admin:               admin.LoadConfig(e),
 		OTLPEndpoint:        e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		Transport:           e.String("PUSHER_TRANSPORT", "auto"),
 		ResetOffset:         e.String("PUSHER_RESET_OFFSET", "end"),

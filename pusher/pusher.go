@@ -191,7 +191,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return (&admin.Server{Addr: p.cfg.AdminAddr, Reg: p.reg, Ready: p.readyz(rdb), Log: p.log}).Run(gctx)
+		return (&admin.Server{Addr: p.cfg.AdminAddr, Reg: p.reg, Ready: p.readyz(rdb), Config: p.cfg.Admin, Log: p.log}).Run(gctx)
 	})
 	g.Go(func() error { return p.commit.Run(gctx) })
 	if cache != nil {

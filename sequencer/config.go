@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/groups"
@@ -86,6 +87,9 @@ type Config struct {
 	// AdminAddr: SEQUENCER_ADMIN_ADDR for /metrics, /healthz, /readyz,
 	// default 127.0.0.1:9101; empty disables.
 	AdminAddr string
+	// Admin: the admin port's operator tokens (SEQFLOW_ADMIN_TOKENS_FILE)
+	// and pprof (SEQFLOW_ADMIN_PPROF), as in every service: internal/admin.
+	Admin admin.Config
 	// KafkaDebug: SEQUENCER_KAFKA_DEBUG, franz-go's debug log on stderr,
 	// default false.
 	KafkaDebug bool
@@ -131,6 +135,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		LeaseTTL:              e.Duration("SEQUENCER_NODE_LEASE_TTL", 15*time.Second, 3*time.Second, time.Hour),
 		MaxClockBackwards:     e.Duration("SEQUENCER_MAX_CLOCK_BACKWARDS", time.Second, 0, time.Minute),
 		AdminAddr:             e.Optional("SEQUENCER_ADMIN_ADDR", "127.0.0.1:9101"),
+		Admin:                 admin.LoadConfig(e),
 		KafkaDebug:            e.Bool("SEQUENCER_KAFKA_DEBUG", false),
 		OTLPEndpoint:          e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		CommitDelay:           e.Duration("SEQUENCER_DEBUG_COMMIT_DELAY", 0, 0, time.Minute),

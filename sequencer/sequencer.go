@@ -113,7 +113,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		err := (&admin.Server{Addr: s.cfg.AdminAddr, Reg: s.reg, Ready: s.readyz, Log: s.log}).Run(gctx)
+		err := (&admin.Server{Addr: s.cfg.AdminAddr, Reg: s.reg, Ready: s.readyz, Config: s.cfg.Admin, Log: s.log}).Run(gctx)
 		if gctx.Err() == nil {
 			s.log.Error("admin server stopped; stopping", "err", err)
 		}

@@ -96,6 +96,9 @@ func (b *Bench) startServices(ctx context.Context, phase string, extra []string,
 		"GATEWAY_STORE_SCHEMA=" + s.schema,
 		"SEQFLOW_REDIS_ADDR=" + b.cfg.RedisAddr,
 		"SEQFLOW_TOPIC_PREFIX=" + s.prefix,
+		// Profiles on the admin ports (docs/benchmarks.md), behind the
+		// operator tokens of SEQFLOW_ADMIN_TOKENS_FILE (the stack's env).
+		"SEQFLOW_ADMIN_PPROF=true",
 	}
 	own := map[string][]string{
 		"sequencer": {"SEQUENCER_GROUP=bench-seq-" + id, "SEQUENCER_INSTANCE_ID=bench-" + id, "SEQUENCER_ADMIN_ADDR=" + b.adminAddr("sequencer")},

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seqflow/seqflow/internal/admin"
+	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/export"
 )
@@ -72,6 +73,11 @@ func runExport(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	env := config.FromOS()
+	acfg := admin.LoadConfig(env) // pprof with SEQFLOW_ADMIN_PPROF, behind SEQFLOW_ADMIN_TOKENS_FILE
+	if err := env.Err(); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	runCtx, stopAdmin := context.WithCancel(gctx)
 	g.Go(func() error {
@@ -80,7 +86,7 @@ func runExport(ctx context.Context, args []string) error {
 	})
 	if *adminAddr != "" {
 		g.Go(func() error {
-			err := (&admin.Server{Addr: *adminAddr, Reg: reg, Log: log}).Run(runCtx)
+			err := (&admin.Server{Addr: *adminAddr, Reg: reg, Config: acfg, Log: log}).Run(runCtx)
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}

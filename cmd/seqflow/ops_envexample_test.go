@@ -22,7 +22,8 @@ var literalDefault = regexp.MustCompile(`\be\.(?:String|Optional|Bool)\(\s*"([A-
 var envLine = regexp.MustCompile(`^(?:#\s*)?([A-Z][A-Z0-9_]*)=`)
 
 // serviceEnv returns every variable the services read, with the files
-// that read it. A service is a top-level folder with a config.go.
+// that read it. A service is a top-level folder with a config.go; the
+// admin server's variables (internal/admin/config.go) are every service's.
 func serviceEnv(t *testing.T, root string) map[string][]string {
 	t.Helper()
 	configs, err := filepath.Glob(filepath.Join(root, "*", "config.go"))
@@ -30,7 +31,7 @@ func serviceEnv(t *testing.T, root string) map[string][]string {
 		t.Fatalf("found %d service config.go files (%v), want at least the 4 services", len(configs), err)
 	}
 	vars := map[string][]string{}
-	for _, cfg := range configs {
+	for _, cfg := range append(configs, filepath.Join(root, "internal", "admin", "config.go")) {
 		files, _ := filepath.Glob(filepath.Join(filepath.Dir(cfg), "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {

@@ -269,6 +269,12 @@ if [[ -z ${SEQFLOW_KEK:-} ]]; then
   SEQFLOW_KEK=$(cat .data/demo-kek)
 fi
 export SEQFLOW_KEK
+# The admin ports' operator token (POST /erase/user, internal/admin): the
+# stack's .data/admin-tokens, made here if the stack's env predates it.
+if [[ -z ${SEQFLOW_ADMIN_TOKENS_FILE:-} ]]; then
+  SEQFLOW_ADMIN_TOKENS_FILE=$(bash infra/local/stack.sh admin-tokens 2>>"$log" 5>&-) || fail "could not make .data/admin-tokens"
+fi
+export SEQFLOW_ADMIN_TOKENS_FILE
 export GATEWAY_DEV_MODE=true GATEWAY_ID=${GATEWAY_ID:-gw-demo} GATEWAY_ADDR=$gw_addr
 export SEQUENCER_ADMIN_ADDR=${admin[sequencer]} PERSISTER_ADMIN_ADDR=${admin[persister]}
 export GATEWAY_ADMIN_ADDR=${admin[producer-gw]} PUSHER_ADMIN_ADDR=${admin[pusher]}
@@ -368,6 +374,8 @@ printf '\n%s in %s\n' "$(bold "Ready")" "$(dur "$SECONDS")"
 printf '  chat page   %s  open it in two tabs, log in as alice in one and bob in the other\n' "$(bold "$gw/")"
 printf '  metrics     http://%s/metrics (sequencer); %s persister, %s producer-gw, %s pusher\n' \
   "${admin[sequencer]}" "${admin[persister]}" "${admin[producer-gw]}" "${admin[pusher]}"
+printf '  erase       curl -H "Authorization: Bearer $(cut -d: -f2- %s)" -H "Content-Type: application/json" \\\n              -d %s http://%s/erase/user   (docs/erasure.md)\n' \
+  "$SEQFLOW_ADMIN_TOKENS_FILE" "'{\"user_id\":\"bob\"}'" "${admin[producer-gw]}"
 printf '  stack       PostgreSQL 127.0.0.1:%s, Redis %s, Kafka %s\n              %s\n' \
   "$(sed -nE 's#.*@[^:]+:([0-9]+)/.*#\1#p' <<<"$SEQFLOW_PG_URL")" "$SEQFLOW_REDIS_ADDR" "$SEQFLOW_KAFKA_BROKERS" "$stack_note"
 printf '  logs        %s/<service>.log; the steps: %s\n' "$svclogs" "$log"

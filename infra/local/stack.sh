@@ -12,6 +12,8 @@
 #                                 test: those plus protoc and Chromium (only the tests need them)
 #   stack.sh kafka-jars           fetch Kafka's jars with Maven into .data/kafka/libs (`up` does it too)
 #   stack.sh env [kafka3]         print .data/local.env (or .data/kafka3.env)
+#   stack.sh admin-tokens         make .data/admin-tokens if missing (`up` does it too) and print its path:
+#                                 the operator token of the services' admin ports (SEQFLOW_ADMIN_TOKENS_FILE)
 #   stack.sh up-kafka3            start the KRaft cluster of 3 brokers :19101-19103 and 3 dedicated
 #                                 controllers :19201-19203; write .data/kafka3.env
 #   stack.sh down-kafka3          stop that cluster only
@@ -214,6 +216,21 @@ with_lock() { # name command...
   flock -w 900 "$fd" || die "could not acquire lock $DATA/.lock-$name"
   "$@"
   eval "exec $fd>&-"
+}
+
+# admin_tokens: .data/admin-tokens, the local stack's operator tokens
+# (internal/admin: one "name:token" line, here "operator:" and 32 random
+# bytes in hex), made once per checkout, readable by its owner only.
+ADMIN_TOKENS=$DATA/admin-tokens
+admin_tokens() {
+  mkdir -p "$DATA"
+  if [[ ! -s $ADMIN_TOKENS ]]; then
+    (
+      umask 077
+      printf 'operator:%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$ADMIN_TOKENS.tmp.$$"
+      mv -f "$ADMIN_TOKENS.tmp.$$" "$ADMIN_TOKENS"
+    )
+  fi
 }
 
 write_env_file() { # path lines... (atomic)
@@ -820,11 +837,13 @@ up_single() {
   kafka_node_wait_started single "$deadline"
   kafka_probe --bootstrap "127.0.0.1:$K1_PORT" --rf 1 --min-isr 1 --timeout "$TIMEOUT" --internal-segment-bytes "$INTERNAL_SEGMENT_BYTES" ||
     probe_fail "$DATA/kafka/single/kafka.log"
+  admin_tokens
   write_env_file "$DATA/local.env" \
     "SEQFLOW_KAFKA_BROKERS=127.0.0.1:$K1_PORT" \
     "SEQFLOW_PG_URL=$PG_URL" \
     "SEQFLOW_REDIS_ADDR=127.0.0.1:$REDIS_PORT" \
-    "SEQFLOW_KAFKA_BROKER_KIND=apache-kafka-$KAFKA_VERSION"
+    "SEQFLOW_KAFKA_BROKER_KIND=apache-kafka-$KAFKA_VERSION" \
+    "SEQFLOW_ADMIN_TOKENS_FILE=$ADMIN_TOKENS"
   log "stack ready in $(($(now) - t0))s; env: $DATA/local.env"
 }
 
@@ -1002,6 +1021,7 @@ main() {
       case ${1:-stack} in stack | test) ensure_packages "${1:-stack}" ;; *) die "packages: stack or test (got '$1')" ;; esac
       ;;
     env) print_env "$@" ;;
+    admin-tokens) admin_tokens; echo "$ADMIN_TOKENS" ;;
     up-kafka3) with_lock kafka3 up_kafka3 ;;
     down-kafka3) # brokers first: their controlled shutdown needs the controllers
       kafka_nodes_stop k3-1 k3-2 k3-3

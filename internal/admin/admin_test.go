@@ -42,9 +42,10 @@ func TestRoutes(t *testing.T) {
 		{"/metrics", "admin_test_total 1", 200},
 		{"/healthz", "ok", 200},
 		{"/readyz", "ready", 200},
-		{"/debug/pprof/", "goroutine", 200},
-		{"/debug/pprof/goroutine?debug=1", "goroutine profile", 200},
-		{"/debug/pprof/heap?debug=1", "heap profile", 200},
+		// pprof is off without SEQFLOW_ADMIN_PPROF.
+		{"/debug/pprof/", "404", 404},
+		{"/debug/pprof/goroutine?debug=1", "404", 404},
+		{"/debug/pprof/profile?seconds=1", "404", 404},
 	} {
 		code, body := get(tt.path)
 		if code != tt.code || !strings.Contains(body, tt.want) {

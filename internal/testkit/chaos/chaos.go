@@ -216,7 +216,10 @@ type suite struct {
 	topics eventlog.Topics
 	secret string
 	kek    string // SEQFLOW_KEK of the gateways, unless Plaintext
-	log    *slog.Logger
+	// adminToken is the eraser's operator token (eraseActor's line of the
+	// gateways' SEQFLOW_ADMIN_TOKENS_FILE).
+	adminToken string
+	log        *slog.Logger
 
 	redis *redisServer
 	pg    *postgres
@@ -251,6 +254,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	kek := make([]byte, 32)
 	_, _ = rand.Read(kek)
 	s.kek = base64.StdEncoding.EncodeToString(kek)
+	tb := make([]byte, 32)
+	_, _ = rand.Read(tb)
+	s.adminToken = hex.EncodeToString(tb)
 	if s.o.Dir == "" {
 		s.o.Dir = filepath.Join(o.Root, ".data", "chaos", s.id)
 	}
@@ -416,7 +422,7 @@ func (s *suite) newEraser(signer *auth.Signer, urls []string) *eraser {
 	for i := range s.o.Users {
 		peers = append(peers, fmt.Sprintf("c%s-u%04d", s.id, i+1)) // load.Options.UserPrefix's names
 	}
-	return &eraser{every: s.o.EraseEvery, signer: signer, urls: urls, admins: admins, pool: s.pool, peers: peers,
+	return &eraser{every: s.o.EraseEvery, signer: signer, urls: urls, admins: admins, token: s.adminToken, pool: s.pool, peers: peers,
 		prefix: "c" + s.id, seed: s.o.Seed, log: s.log, hc: &http.Client{}, faults: make(chan Kind, 1)}
 }
 
@@ -485,9 +491,16 @@ func (s *suite) setup(ctx context.Context) error {
 	if err := eventlog.EnsureTopics(tctx, s.adm, eventlog.Specs(s.topics, o.Partitions), 3); err != nil {
 		return &SetupError{"topics", err}
 	}
+	tokens := filepath.Join(o.Dir, "admin-tokens")
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return &SetupError{"admin tokens", err}
+	}
+	if err := os.WriteFile(tokens, []byte(eraseActor+":"+s.adminToken+"\n"), 0o600); err != nil {
+		return &SetupError{"admin tokens", err}
+	}
 	common := []string{
 		"SEQFLOW_KAFKA_BROKERS=" + strings.Join(o.Brokers, ","), "SEQFLOW_PG_URL=" + s.pg.URL,
-		"SEQFLOW_REDIS_ADDR=" + s.redis.Addr, "SEQFLOW_TOPIC_PREFIX=" + s.prefix,
+		"SEQFLOW_REDIS_ADDR=" + s.redis.Addr, "SEQFLOW_TOPIC_PREFIX=" + s.prefix, "SEQFLOW_ADMIN_TOKENS_FILE=" + tokens,
 	}
 	st := o.SessionTimeout.String()
 	for i := range instances {

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -38,7 +38,8 @@ const (
 	// eraseWithin bounds how long a victim's erasure is retried; one not
 	// answered ok by then counts as not erased.
 	eraseWithin = 3 * time.Minute
-	// eraseActor is the actor the suite's erasures record.
+	// eraseActor is the actor the suite's erasures record: the name of
+	// the eraser's operator token.
 	eraseActor = "seqchaos-eraser"
 )
 
@@ -79,6 +80,7 @@ type eraser struct {
 	signer *auth.Signer
 	urls   []string // the proxies, so the victims' ACKs are booked
 	admins []string // the gateways' admin addresses
+	token  string   // the operator token named eraseActor
 	pool   *pgxpool.Pool
 	peers  []string // the load's users
 	prefix string
@@ -296,18 +298,22 @@ func (e *eraser) erase(ctx context.Context, n int, v *Victim) {
 func (e *eraser) call(ctx context.Context, addr, user string) (eraseAnswer, error) {
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	form := url.Values{"user": {user}, "actor": {eraseActor}}
-	req, err := http.NewRequestWithContext(cctx, http.MethodPost, "http://"+addr+"/erase/user", strings.NewReader(form.Encode()))
+	body, err := json.Marshal(map[string]string{"user_id": user})
 	if err != nil {
 		return eraseAnswer{}, err
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req, err := http.NewRequestWithContext(cctx, http.MethodPost, "http://"+addr+"/erase/user", bytes.NewReader(body))
+	if err != nil {
+		return eraseAnswer{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+e.token)
 	resp, err := e.hc.Do(req)
 	if err != nil {
 		return eraseAnswer{}, fmt.Errorf("erase %s at %s: %w", user, addr, err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	body, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	if resp.StatusCode != http.StatusOK {
 		return eraseAnswer{}, fmt.Errorf("erase %s at %s: %s: %s", user, addr, resp.Status, strings.TrimSpace(string(body)))
 	}
