@@ -11,6 +11,7 @@ import (
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/keystore"
 	"github.com/seqflow/seqflow/internal/wire"
 )
 
@@ -22,9 +23,14 @@ type Config struct {
 	PGURL string
 	// KEK: SEQFLOW_KEK, the key-encryption key (32 bytes, standard
 	// base64) that wraps the data keys sealing message bodies
-	// (docs/erasure.md). Unset: bodies enter Kafka in plaintext and nothing
-	// can be erased from the log.
+	// (docs/erasure.md). Required unless PlaintextBodies.
 	KEK string
+	// PlaintextBodies: SEQFLOW_PLAINTEXT_BODIES, default false. Bodies are
+	// sealed by default and the gateway refuses to start without a KEK;
+	// true chooses plaintext bodies explicitly: they then enter a log kept
+	// for ever, where no erasure can reach them. It and KEK exclude each
+	// other.
+	PlaintextBodies bool
 	// KEKPrevious: SEQFLOW_KEK_PREVIOUS, KEKs being rotated out
 	// (comma-separated): they still unwrap the keys wrapped with them
 	// until `seqflow keys rotate` moved those to KEK (docs/erasure.md).
@@ -201,6 +207,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		PGURL:                  e.Required("SEQFLOW_PG_URL"),
 		RedisAddr:              e.Required("SEQFLOW_REDIS_ADDR"),
 		KEK:                    e.Optional("SEQFLOW_KEK", ""),
+		PlaintextBodies:        e.Bool("SEQFLOW_PLAINTEXT_BODIES", false),
 		KEKPrevious:            e.Optional("SEQFLOW_KEK_PREVIOUS", ""),
 		KeyPeriod:              e.Duration("SEQFLOW_KEY_PERIOD", 24*time.Hour, time.Second, 366*24*time.Hour),
 		KeyCacheTTL:            e.Duration("SEQFLOW_KEY_CACHE_TTL", 30*time.Second, time.Second, time.Minute),
@@ -292,6 +299,18 @@ func LoadConfig(e *config.Env) (Config, error) {
 		}
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want host:port", a.name, a.v))
+		}
+	}
+	switch {
+	case c.KEK == "" && !c.PlaintextBodies:
+		errs = append(errs, errors.New("SEQFLOW_KEK is required: bodies are sealed before they enter Kafka (docs/erasure.md); "+
+			"set it to 32 random bytes in base64 (openssl rand -base64 32), or set SEQFLOW_PLAINTEXT_BODIES=true to write bodies "+
+			"in plaintext into a log no erasure can reach"))
+	case c.KEK != "" && c.PlaintextBodies:
+		errs = append(errs, errors.New("SEQFLOW_KEK is set and SEQFLOW_PLAINTEXT_BODIES=true: choose one (sealed bodies, or plaintext)"))
+	case c.KEK != "":
+		if _, err := keystore.ParseKEK(c.KEK); err != nil {
+			errs = append(errs, fmt.Errorf("SEQFLOW_KEK: %w", err))
 		}
 	}
 	if c.IdleTimeout <= c.Heartbeat {

@@ -96,6 +96,9 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: log, reg: prometheus.NewRegistry(), gate: &gate{}, addr: make(chan string, 1), admin: make(chan string, 1), now: time.Now}
 	g.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	g.m = newMetrics(g.reg)
+	if !cfg.PlaintextBodies {
+		g.m.bodiesSealed.Set(1)
+	}
 	var err error
 	switch {
 	case cfg.HS256Secret != nil:
@@ -156,7 +159,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return fmt.Errorf("listen %s: %w", g.cfg.Addr, err)
 	}
 	g.addr <- ln.Addr().String()
-	g.log.Info("gateway listening", "addr", ln.Addr().String(), "gateway_id", g.cfg.GatewayID, "dev_mode", g.cfg.DevMode)
+	if g.cfg.PlaintextBodies {
+		g.log.Warn("bodies in plaintext (SEQFLOW_PLAINTEXT_BODIES=true): they enter a log no erasure can reach (docs/erasure.md)")
+	}
+	g.log.Info("gateway listening", "addr", ln.Addr().String(), "gateway_id", g.cfg.GatewayID, "dev_mode", g.cfg.DevMode,
+		"bodies_sealed", !g.cfg.PlaintextBodies)
 
 	// Background work outlives ctx until the drain is done: in-flight
 	// sends still need their seqs from the push transport.
@@ -256,6 +263,7 @@ func (g *Gateway) connect(ctx context.Context) error {
 			return fmt.Errorf("open key store: %w", err)
 		}
 		g.keys = ks
+		g.log.Info("bodies sealed", "kek", kek.ID(), "previous_keks", len(prev))
 	}
 	if g.rdb == nil {
 		// Several comma-separated addresses make the universal client a

@@ -42,6 +42,9 @@ type metrics struct {
 	// signOutChecks counts token checks against sign-outs by outcome
 	// (refused, redis_error: let through, see docs/protocol.md).
 	signOutChecks *prometheus.CounterVec
+	// bodiesSealed is 1 when bodies are sealed before they enter Kafka
+	// (SEQFLOW_KEK), 0 when plaintext was chosen (SEQFLOW_PLAINTEXT_BODIES).
+	bodiesSealed prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -141,9 +144,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_gateway_signout_checks_total",
 			Help: "Tokens checked against their device's sign-out that were refused (refused) or let through because Redis did not answer (redis_error).",
 		}, []string{"outcome"}),
+		bodiesSealed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqflow_bodies_sealed",
+			Help: "1 when message bodies are sealed before they enter Kafka (SEQFLOW_KEK), 0 when plaintext bodies were chosen (SEQFLOW_PLAINTEXT_BODIES=true).",
+		}),
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
 		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.rateLeases, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
-		m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors)
+		m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors, m.bodiesSealed)
 	return m
 }
