@@ -144,6 +144,7 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 		out: make(chan outFrame, a.cfg.ConnQueue), closing: make(chan struct{}), lazyWake: make(chan struct{}, 1),
 		inflight: make(chan struct{}, a.cfg.MaxInFlight), lastSeq: map[string]int64{}}
 	c.rc = a.receipts.batch(p)
+	c.rc.known = c.pushedSeq
 	c.touch()
 	if !a.hub.add(c) {
 		_ = ws.Close(websocket.StatusServiceRestart, "reconnect")
@@ -306,7 +307,9 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		c.answerChanges(res, states)
 		return
 	case f.Op == wire.OpRead:
-		res, aerr := a.query(context.Background(), c.p, f)
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		res, seq, aerr := a.read(ctx, c.p, f, c.pushedSeq)
+		cancel()
 		if aerr != nil {
 			c.sendError(f.ReqID, "", aerr)
 			return
@@ -314,7 +317,9 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		c.enqueueJSON(res)
 		// This device's counts at once; the user's other devices learn the
 		// cursor from the read fan-out.
-		c.ownRead(f.SessionID, f.Seq)
+		if seq > 0 {
+			c.ownRead(f.SessionID, seq)
+		}
 		return
 	case f.Op == wire.OpSignOut:
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
@@ -490,6 +495,14 @@ func (c *conn) takeLazy() [][]byte {
 	c.lazy = nil
 	c.lazyTimer.Stop()
 	return b
+}
+
+// pushedSeq is the last seq of session pushed to this connection, 0 for
+// none.
+func (c *conn) pushedSeq(session string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastSeq[session]
 }
 
 // deliver writes a pushed event unless the connection already got a later

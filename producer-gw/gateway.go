@@ -306,6 +306,7 @@ func (g *Gateway) compose() {
 		g.up.bodies, g.down.bodies, g.history.bodies = b, b, b
 	}
 	g.receipts = newReceipts(g.cfg, g.kc, g.members, g.log, g.m, g.now)
+	g.receipts.seqs = g.store
 	g.signals = newSignals(g.cfg.GatewayID, g.members, g.store, g.presence, g.sender, g.log, g.m, g.now)
 	g.receipts.cursors = g.signals
 	g.devices = newDevices(g.cfg, presence.NewDevices(g.rdb, g.cfg.DeviceRetention), g.presence, g.presence, lookups{g.pool, g.store},

@@ -38,6 +38,53 @@ type receipts struct {
 	// cursors shows delivery cursors to the other members once Kafka has
 	// the receipt; nil: not shown.
 	cursors cursorSink
+	// seqs bounds cursors by the sessions' last seqs (bound).
+	seqs lastSeqs
+}
+
+// lastSeqs is the store as bound uses it (a *store.Store): the last seq it
+// holds of each session, one query.
+type lastSeqs interface {
+	LastSeqs(ctx context.Context, sessionIDs []string) (map[string]int64, error)
+}
+
+// bound lowers each cursor of cursors (session → seq) to its session's
+// last seq: a read or delivered seq beyond it would show messages not yet
+// sent as read or delivered (seen_by, delivery ticks) and is no position
+// in the session at all. The last seq is the larger of known(session), the
+// seq this gateway last pushed of it to the cursor's connection (0 when it
+// has none), and the store's, asked only when the cursor passes known: the
+// store trails the log, and a client may read what it was pushed before
+// the store holds it. A cursor bounded to 0 (the gateway knows no event of
+// its session) is dropped. Lowered cursors are counted.
+func (r *receipts) bound(ctx context.Context, cursors map[string]int64, known func(session string) int64) error {
+	var ask []string
+	for session, seq := range cursors {
+		if known == nil || seq > known(session) {
+			ask = append(ask, session)
+		}
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	last, err := r.seqs.LastSeqs(ctx, ask)
+	if err != nil {
+		return err
+	}
+	for _, session := range ask {
+		b := last[session]
+		if known != nil {
+			b = max(b, known(session))
+		}
+		if cursors[session] > b {
+			r.m.cursorsBounded.Inc()
+			cursors[session] = b
+		}
+		if cursors[session] <= 0 {
+			delete(cursors, session)
+		}
+	}
+	return nil
 }
 
 func newReceipts(cfg Config, kafka receiptProducer, members memberChecker, log *slog.Logger, m *metrics, now func() time.Time) *receipts {
@@ -50,18 +97,29 @@ type cursorSink interface {
 	cursor(user, session, kind string, seq int64, shown bool)
 }
 
-// read produces the read receipt of f and waits for Kafka's answer, within
-// ctx and ProduceTimeout.
-func (r *receipts) read(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.OK, *apierr.Error) {
+// read produces the read receipt of f, its seq bounded by the session's
+// last seq (bound, with known: nil over HTTP), and waits for Kafka's
+// answer, within ctx and ProduceTimeout. It returns the seq produced, 0
+// when there was nothing to mark read.
+func (r *receipts) read(ctx context.Context, p auth.Principal, f *wire.ClientFrame, known func(string) int64) (wire.OK, int64, *apierr.Error) {
 	if err := requireMember(ctx, r.members, r.log, f.SessionID, p.UserID); err != nil {
-		return wire.OK{}, err
+		return wire.OK{}, 0, err
 	}
-	rr := &imv1.ReadReceipt{SessionId: f.SessionID, UserId: p.UserID, DeviceId: p.DeviceID, ReadSeq: f.Seq, TsMs: r.now().UnixMilli()}
+	cursor := map[string]int64{f.SessionID: f.Seq}
+	if err := r.bound(ctx, cursor, known); err != nil {
+		r.log.Warn("bound read cursor", "session_id", f.SessionID, "err", err)
+		return wire.OK{}, 0, apierr.New(imv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "the message store did not answer")
+	}
+	seq := cursor[f.SessionID]
+	if seq <= 0 {
+		return wire.OK{Op: wire.OpResult, ReqID: f.ReqID}, 0, nil
+	}
+	rr := &imv1.ReadReceipt{SessionId: f.SessionID, UserId: p.UserID, DeviceId: p.DeviceID, ReadSeq: seq, TsMs: r.now().UnixMilli()}
 	if err := r.produceSync(ctx, f.SessionID, "read_receipt", "seqflow.im.v1.ReadReceipt", rr); err != nil {
-		return wire.OK{}, produceError(err)
+		return wire.OK{}, 0, produceError(err)
 	}
 	r.m.receipts.WithLabelValues("read").Inc()
-	return wire.OK{Op: wire.OpResult, ReqID: f.ReqID}, nil
+	return wire.OK{Op: wire.OpResult, ReqID: f.ReqID}, seq, nil
 }
 
 // produceSync produces one receipt and waits for Kafka's answer.
@@ -87,6 +145,9 @@ func (r *receipts) produceSync(ctx context.Context, session, eventType, schema s
 type receiptBatch struct {
 	r *receipts
 	p auth.Principal
+	// known is the seq the connection was last pushed of a session (bound);
+	// nil over HTTP.
+	known func(session string) int64
 
 	mu      sync.Mutex
 	cursors map[string]int64
@@ -165,10 +226,17 @@ func (b *receiptBatch) produce(cursors map[string]int64) {
 	now := r.now().UnixMilli()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	for session, seq := range cursors {
+	for session := range cursors {
 		if ok, err := r.members.IsMember(ctx, session, b.p.UserID); err != nil || !ok {
-			continue
+			delete(cursors, session)
 		}
+	}
+	if err := r.bound(ctx, cursors, b.known); err != nil {
+		// Like a receipt Kafka refused: the next one covers them.
+		r.log.Warn("bound delivery cursors; not produced", "user_id", b.p.UserID, "sessions", len(cursors), "err", err)
+		return
+	}
+	for session, seq := range cursors {
 		v, err := proto.Marshal(&imv1.DeliveryReceipt{SessionId: session, UserId: b.p.UserID, DeviceId: b.p.DeviceID, DeliveredSeq: seq, TsMs: now})
 		if err != nil {
 			// proto.Marshal refuses only text that is not UTF-8, and a
