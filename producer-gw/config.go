@@ -97,7 +97,14 @@ type Config struct {
 	// login signs with when tokens are Ed25519 (with HS256 it uses the secret).
 	DevEd25519Private ed25519.PrivateKey
 	// DevTokenTTL: GATEWAY_DEV_TOKEN_TTL, lifetime of dev-login tokens, default 24h.
+	// At most DeviceRetention.
 	DevTokenTTL time.Duration
+	// JWTAudience: GATEWAY_JWT_AUDIENCE, default none. Set, every token
+	// must carry it in "aud" (dev-login tokens do).
+	JWTAudience string
+	// JWTIssuer: GATEWAY_JWT_ISSUER, default none. Set, every token's
+	// "iss" must be it (dev-login tokens are issued so).
+	JWTIssuer string
 	// AckWait: GATEWAY_ACK_WAIT, how long a send waits for its seq before it
 	// is answered "accepted", default 2s; 0 answers "accepted" at once.
 	AckWait time.Duration
@@ -187,8 +194,9 @@ type Config struct {
 	LoginPolicy string
 	// DeviceRetention: GATEWAY_DEVICE_RETENTION, how long a device stays on
 	// its user's list after it was last seen, and a sign-out is kept after
-	// it was made, default 30 days. Tokens must not live longer than this,
-	// or a signed-out device's token could work again.
+	// it was made, default 30 days. A token that lives longer than this is
+	// refused (auth.Policy.MaxLifetime): a signed-out device's token would
+	// work again once its sign-out is forgotten.
 	DeviceRetention time.Duration
 }
 
@@ -222,6 +230,8 @@ func LoadConfig(e *config.Env) (Config, error) {
 		OTLPEndpoint:           e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		DevMode:                e.Bool("GATEWAY_DEV_MODE", false),
 		DevTokenTTL:            e.Duration("GATEWAY_DEV_TOKEN_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
+		JWTAudience:            e.String("GATEWAY_JWT_AUDIENCE", ""),
+		JWTIssuer:              e.String("GATEWAY_JWT_ISSUER", ""),
 		AckWait:                e.Duration("GATEWAY_ACK_WAIT", 2*time.Second, 0, 30*time.Second),
 		NoticeTTL:              e.Duration("GATEWAY_NOTICE_TTL", 2*time.Minute, time.Second, time.Hour),
 		ProduceTimeout:         e.Duration("GATEWAY_PRODUCE_TIMEOUT", 10*time.Second, 100*time.Millisecond, time.Minute),
@@ -300,6 +310,9 @@ func LoadConfig(e *config.Env) (Config, error) {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want host:port", a.name, a.v))
 		}
+	}
+	if c.DevTokenTTL > c.DeviceRetention {
+		errs = append(errs, fmt.Errorf("GATEWAY_DEV_TOKEN_TTL (%s) must not exceed GATEWAY_DEVICE_RETENTION (%s): longer tokens are refused", c.DevTokenTTL, c.DeviceRetention))
 	}
 	switch {
 	case c.KEK == "" && !c.PlaintextBodies:

@@ -83,6 +83,12 @@ func TestLoadConfig(t *testing.T) {
 			}
 		}},
 		{name: "a short KEK", set: map[string]string{"SEQFLOW_KEK": base64.StdEncoding.EncodeToString(make([]byte, 16))}, unset: []string{"SEQFLOW_PLAINTEXT_BODIES"}, wantErr: "SEQFLOW_KEK: the KEK must be 32 bytes"},
+		{name: "dev tokens outlive the retention", set: map[string]string{"GATEWAY_DEV_TOKEN_TTL": "72h", "GATEWAY_DEVICE_RETENTION": "48h"}, wantErr: "GATEWAY_DEV_TOKEN_TTL (72h0m0s) must not exceed GATEWAY_DEVICE_RETENTION"},
+		{name: "pinned audience and issuer", set: map[string]string{"GATEWAY_JWT_AUDIENCE": "seqflow", "GATEWAY_JWT_ISSUER": "https://id.example"}, check: func(t *testing.T, c Config) {
+			if c.JWTAudience != "seqflow" || c.JWTIssuer != "https://id.example" {
+				t.Fatalf("audience %q issuer %q", c.JWTAudience, c.JWTIssuer)
+			}
+		}},
 		{name: "every error at once", set: map[string]string{"GATEWAY_ACK_WAIT": "x", "GATEWAY_RATE_BURST": "-1"}, wantErr: "GATEWAY_RATE_BURST"},
 	}
 	for _, c := range cases {

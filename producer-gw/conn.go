@@ -124,9 +124,13 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 		a.httpError(w, "", aerr)
 		return
 	}
-	if a.devices.signedOut(r.Context(), p) {
-		a.m.connects.WithLabelValues("signed_out").Inc()
-		a.httpError(w, "", errSignedOut)
+	if aerr := a.devices.signedOut(r.Context(), p); aerr != nil {
+		if aerr == errSignedOut {
+			a.m.connects.WithLabelValues("signed_out").Inc()
+		} else {
+			a.m.connects.WithLabelValues("unavailable").Inc()
+		}
+		a.httpError(w, "", aerr)
 		return
 	}
 	if a.gate.draining() {
@@ -170,9 +174,12 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 	// Checked again now that c is in the hub: a sign-out whose signal was
 	// applied before c was there is found in Redis (its cutoff is written
 	// before the signal is sent); one applied later closes c.
-	if a.devices.signedOut(r.Context(), p) {
+	switch aerr := a.devices.signedOut(r.Context(), p); aerr {
+	case errSignedOut:
 		c.closeWith(closeSignedOut, "signed_out", "signed_out")
-	} else {
+	case errSignOutUnknown:
+		c.closeWith(websocket.StatusTryAgainLater, "unavailable", "unavailable")
+	default:
 		a.devices.connected(r.Context(), c)
 	}
 	c.readLoop()

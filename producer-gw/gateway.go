@@ -115,6 +115,10 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("producer-gw auth: %w", err)
 	}
+	g.verifier.SetPolicy(auth.Policy{Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer, MaxLifetime: cfg.DeviceRetention})
+	if g.signer != nil {
+		g.signer.Audience, g.signer.Issuer = cfg.JWTAudience, cfg.JWTIssuer
+	}
 	return g, nil
 }
 

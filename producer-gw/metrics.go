@@ -40,7 +40,7 @@ type metrics struct {
 	// signal (signout, replace) and outcome.
 	deviceSignals *prometheus.CounterVec
 	// signOutChecks counts token checks against sign-outs by outcome
-	// (refused, redis_error: let through, see docs/protocol.md).
+	// (refused; redis_error: refused unavailable, see docs/protocol.md).
 	signOutChecks *prometheus.CounterVec
 	// bodiesSealed is 1 when bodies are sealed before they enter Kafka
 	// (SEQFLOW_KEK), 0 when plaintext was chosen (SEQFLOW_PLAINTEXT_BODIES).
@@ -145,7 +145,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"signal", "outcome"}),
 		signOutChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqflow_gateway_signout_checks_total",
-			Help: "Tokens checked against their device's sign-out that were refused (refused) or let through because Redis did not answer (redis_error).",
+			Help: "Tokens checked against their device's sign-out that were refused signed_out (refused) or refused unavailable because Redis did not answer (redis_error).",
 		}, []string{"outcome"}),
 		cursorsBounded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_cursors_bounded_total",
