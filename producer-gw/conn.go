@@ -314,9 +314,7 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		c.answerChanges(res, states)
 		return
 	case f.Op == wire.OpRead:
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		res, seq, aerr := a.read(ctx, c.p, f, c.pushedSeq)
-		cancel()
+		res, seq, aerr := a.read(context.Background(), c.p, f, c.pushedSeq)
 		if aerr != nil {
 			c.sendError(f.ReqID, "", aerr)
 			return

@@ -48,43 +48,71 @@ type lastSeqs interface {
 	LastSeqs(ctx context.Context, sessionIDs []string) (map[string]int64, error)
 }
 
+// cursorBoundWait is how long bound waits for a cursor's seq to become
+// known before lowering it: the store trails the log by the persister's
+// batch, and a client may read a message (its own, acked; or pushed to
+// another of its connections) before the store or this connection has it.
+const cursorBoundWait = 1500 * time.Millisecond
+
 // bound lowers each cursor of cursors (session → seq) to its session's
 // last seq: a read or delivered seq beyond it would show messages not yet
 // sent as read or delivered (seen_by, delivery ticks) and is no position
 // in the session at all. The last seq is the larger of known(session), the
-// seq this gateway last pushed of it to the cursor's connection (0 when it
-// has none), and the store's, asked only when the cursor passes known: the
-// store trails the log, and a client may read what it was pushed before
-// the store holds it. A cursor bounded to 0 (the gateway knows no event of
-// its session) is dropped. Lowered cursors are counted.
+// seq this gateway last pushed of it to the cursor's connection (nil: 0),
+// and the store's, asked only when the cursor passes known. A cursor
+// beyond both is given cursorBoundWait to become known (the store asked
+// again at growing intervals, 25 to 400 ms, so a hostile cursor costs a
+// few queries) and then lowered (counted); one bounded to 0 (the gateway
+// knows no event of its session) is dropped.
 func (r *receipts) bound(ctx context.Context, cursors map[string]int64, known func(session string) int64) error {
-	var ask []string
-	for session, seq := range cursors {
-		if known == nil || seq > known(session) {
-			ask = append(ask, session)
+	knownSeq := func(session string) int64 {
+		if known == nil {
+			return 0
 		}
+		return known(session)
 	}
-	if len(ask) == 0 {
-		return nil
-	}
-	last, err := r.seqs.LastSeqs(ctx, ask)
-	if err != nil {
-		return err
-	}
-	for _, session := range ask {
-		b := last[session]
-		if known != nil {
-			b = max(b, known(session))
+	deadline := time.Now().Add(cursorBoundWait)
+	delay := 25 * time.Millisecond
+	for {
+		var ask []string
+		for session, seq := range cursors {
+			if seq > knownSeq(session) {
+				ask = append(ask, session)
+			}
 		}
-		if cursors[session] > b {
-			r.m.cursorsBounded.Inc()
-			cursors[session] = b
+		if len(ask) == 0 {
+			return nil
 		}
-		if cursors[session] <= 0 {
-			delete(cursors, session)
+		last, err := r.seqs.LastSeqs(ctx, ask)
+		if err != nil {
+			return err
 		}
+		over := map[string]int64{}
+		for _, session := range ask {
+			if b := max(last[session], knownSeq(session)); cursors[session] > b {
+				over[session] = b
+			}
+		}
+		if len(over) == 0 {
+			return nil
+		}
+		wait := min(delay, time.Until(deadline))
+		if wait <= 0 {
+			for session, b := range over {
+				r.m.cursorsBounded.Inc()
+				if cursors[session] = b; b <= 0 {
+					delete(cursors, session)
+				}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		delay = min(2*delay, 400*time.Millisecond)
 	}
-	return nil
 }
 
 func newReceipts(cfg Config, kafka receiptProducer, members memberChecker, log *slog.Logger, m *metrics, now func() time.Time) *receipts {
