@@ -15,6 +15,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/keystore"
 )
 
 // loadCompose loads a compose file the way `docker compose` does: the
@@ -110,6 +111,15 @@ func TestCheckComposeCatches(t *testing.T) {
 		"brokers point away": func(p *types.Project) { setEnv(p, "persister", "SEQFLOW_KAFKA_BROKERS", val("kafak:9092")) },
 		"no admin tokens":    func(p *types.Project) { setEnv(p, "producer-gw", "SEQFLOW_ADMIN_TOKENS_FILE", nil) },
 		"tokens not mounted": func(p *types.Project) { s := p.Services["pusher"]; s.Volumes = nil; p.Services["pusher"] = s },
+		"no KEK":             func(p *types.Project) { setEnv(p, "producer-gw", "SEQFLOW_KEK", nil) },
+		"KEK too short":      func(p *types.Project) { setEnv(p, "producer-gw", "SEQFLOW_KEK", val("c2hvcnQ=")) },
+		"KEK elsewhere": func(p *types.Project) {
+			setEnv(p, "persister", "SEQFLOW_KEK", val("SykdiQKOhGl4j0QVag6bneTiIhPvAD0DdmlXKVtn0EQ="))
+		},
+		"plaintext chosen": func(p *types.Project) {
+			setEnv(p, "producer-gw", "SEQFLOW_KEK", nil)
+			setEnv(p, "producer-gw", "SEQFLOW_PLAINTEXT_BODIES", val("true"))
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := load()
@@ -184,7 +194,18 @@ func checkCompose(p *types.Project, env map[string]map[string]bool) []string {
 			}
 		}
 	}
+	for name, s := range p.Services {
+		if s.Environment["SEQFLOW_PLAINTEXT_BODIES"] != nil {
+			bad("service %s sets SEQFLOW_PLAINTEXT_BODIES: bodies would enter Kafka in plaintext", name)
+		}
+		if svc, _ := imageService(s.Image); svc != "producer-gw" && s.Environment["SEQFLOW_KEK"] != nil {
+			bad("service %s is given SEQFLOW_KEK: only the gateway seals and opens bodies", name)
+		}
+	}
 	if _, ok := p.Services["producer-gw"]; ok {
+		if _, err := keystore.ParseKEK(get("producer-gw", "SEQFLOW_KEK")); err != nil {
+			bad("producer-gw: SEQFLOW_KEK: %v (bodies are sealed by default; without a KEK the gateway does not start)", err)
+		}
 		_, port, err := net.SplitHostPort(get("producer-gw", "GATEWAY_PUSH_ADDR"))
 		host, advPort, aerr := net.SplitHostPort(get("producer-gw", "GATEWAY_PUSH_ADVERTISE"))
 		if err != nil || aerr != nil || port != advPort || port == "0" || p.Services[host].Name == "" || strings.HasPrefix(get("producer-gw", "GATEWAY_PUSH_ADDR"), "127.") {

@@ -2,6 +2,7 @@ package infra
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/keystore"
 )
 
 // overlays are the deployable kustomizations under infra/k8s/overlays.
@@ -256,6 +258,35 @@ func TestCheckDeploymentCatches(t *testing.T) {
 		"admin tokens elsewhere": func(objs []obj) {
 			find(objs, "ConfigMap", "seqflow")["data"].(obj)["SEQFLOW_ADMIN_TOKENS_FILE"] = "/etc/tokens"
 		},
+		"no KEK": func(objs []obj) {
+			c := container(find(objs, "Deployment", "seqflow-producer-gw"))
+			c["env"] = slices.DeleteFunc(c["env"].([]any), func(e any) bool { return str(e, "name") == "SEQFLOW_KEK" })
+		},
+		"plaintext chosen": func(objs []obj) {
+			c := container(find(objs, "Deployment", "seqflow-producer-gw"))
+			c["env"] = slices.DeleteFunc(c["env"].([]any), func(e any) bool { return str(e, "name") == "SEQFLOW_KEK" })
+			c["env"] = append(c["env"].([]any), obj{"name": "SEQFLOW_PLAINTEXT_BODIES", "value": "true"})
+		},
+		"plaintext in the config": func(objs []obj) {
+			find(objs, "ConfigMap", "seqflow")["data"].(obj)["SEQFLOW_PLAINTEXT_BODIES"] = "true"
+		},
+		"KEK as a literal": func(objs []obj) {
+			setEnv(container(find(objs, "Deployment", "seqflow-producer-gw")), "SEQFLOW_KEK", "o8QSTczQTh4UQV29KsJBCzUO6US26vlAd+0zAzmAtyg=")
+		},
+		"KEK optional": func(objs []obj) {
+			kek := envOf(container(find(objs, "Deployment", "seqflow-producer-gw")))["SEQFLOW_KEK"]
+			kek["valueFrom"].(obj)["secretKeyRef"].(obj)["optional"] = true
+		},
+		"KEK secret not shipped": func(objs []obj) {
+			find(objs, "Secret", "seqflow-kek")["metadata"].(obj)["name"] = "seqflow-kek-old"
+		},
+		"KEK too short": func(objs []obj) {
+			find(objs, "Secret", "seqflow-kek")["stringData"].(obj)["SEQFLOW_KEK"] = "c2hvcnQ="
+		},
+		"KEK handed to every service": func(objs []obj) {
+			c := container(find(objs, "Deployment", "seqflow-pusher"))
+			c["envFrom"] = append(c["envFrom"].([]any), obj{"secretRef": obj{"name": "seqflow-kek"}})
+		},
 		"service port nobody serves": func(objs []obj) {
 			find(objs, "Service", "redis")["spec"].(obj)["ports"] = []any{obj{"name": "redis", "port": 6379, "targetPort": "redsi"}}
 		},
@@ -460,6 +491,7 @@ func checkDeployment(objs []obj, env map[string]map[string]bool, quickstart bool
 	if !slices.Equal(setupArgs, []string{"setup", "-partitions", strconv.Itoa(eventlog.DefaultPartitions), "-replication", "3"}) {
 		bad("setup job args %q, want %d partitions (docs/operations.md) and replication 3", setupArgs, eventlog.DefaultPartitions)
 	}
+	problems = append(problems, checkSealed(objs, quickstart)...)
 	if quickstart {
 		problems = append(problems, checkQuickstart(objs)...)
 	} else {
@@ -469,6 +501,97 @@ func checkDeployment(objs []obj, env map[string]map[string]bool, quickstart bool
 					bad("services-only deploys %s %s (%s)", o["kind"], str(o, "metadata", "name"), str(container(o), "image"))
 				}
 			}
+		}
+	}
+	return problems
+}
+
+// checkSealed: bodies are sealed by default (docs/erasure.md). Every
+// gateway gets SEQFLOW_KEK from a Secret it cannot start without, nothing
+// chooses SEQFLOW_PLAINTEXT_BODIES, no other service is handed the KEK,
+// and an overlay that ships the Secret ships a valid KEK in it.
+func checkSealed(objs []obj, shipsSecrets bool) []string {
+	var problems []string
+	bad := func(f string, a ...any) { problems = append(problems, fmt.Sprintf(f, a...)) }
+	isTrue := func(v string) bool { b, _ := strconv.ParseBool(v); return b }
+	type ref struct{ secret, key string }
+	keks := map[ref]bool{}
+	for _, o := range objs {
+		kind, name := str(o, "kind"), str(o, "metadata", "name")
+		if kind == "ConfigMap" || kind == "Secret" {
+			for _, key := range []string{"data", "stringData"} {
+				if v, ok := at(o, key, "SEQFLOW_PLAINTEXT_BODIES").(string); ok && (isTrue(v) || key == "data") {
+					bad("%s %s sets SEQFLOW_PLAINTEXT_BODIES: bodies would enter Kafka in plaintext", kind, name)
+				}
+			}
+		}
+		spec := podSpec(o)
+		if spec == nil {
+			continue
+		}
+		for _, c := range list(spec, "containers") {
+			c := c.(obj)
+			where := fmt.Sprintf("%s %s container %s", kind, name, str(c, "name"))
+			svc, _ := imageService(str(c, "image"))
+			vars := envOf(c)
+			if e, ok := vars["SEQFLOW_PLAINTEXT_BODIES"]; ok && (isTrue(str(e, "value")) || at(e, "valueFrom") != nil) {
+				bad("%s sets SEQFLOW_PLAINTEXT_BODIES: bodies would enter Kafka in plaintext", where)
+			}
+			kek, hasKEK := vars["SEQFLOW_KEK"]
+			if svc != "producer-gw" {
+				if hasKEK {
+					bad("%s is given SEQFLOW_KEK: only the gateways seal and open bodies", where)
+				}
+				continue
+			}
+			r := ref{str(kek, "valueFrom", "secretKeyRef", "name"), str(kek, "valueFrom", "secretKeyRef", "key")}
+			switch {
+			case !hasKEK || r.secret == "" || r.key == "":
+				bad("%s: SEQFLOW_KEK must come from a Secret (valueFrom.secretKeyRef): without it the gateway refuses to start, or writes plaintext bodies", where)
+			case at(kek, "valueFrom", "secretKeyRef", "optional") == true:
+				bad("%s: SEQFLOW_KEK's Secret is optional: a pod without it must not start", where)
+			default:
+				keks[r] = true
+			}
+		}
+	}
+	for _, o := range objs {
+		if spec := podSpec(o); spec != nil {
+			for _, c := range list(spec, "containers") {
+				for _, from := range list(c, "envFrom") {
+					for r := range keks {
+						if str(from, "secretRef", "name") == r.secret {
+							bad("%s %s container %s takes every key of Secret %s, the KEK's", o["kind"], str(o, "metadata", "name"), str(c, "name"), r.secret)
+						}
+					}
+				}
+			}
+		}
+	}
+	if !shipsSecrets {
+		return problems
+	}
+	for r := range keks {
+		var secret obj
+		for _, o := range objs {
+			if o["kind"] == "Secret" && str(o, "metadata", "name") == r.secret {
+				secret = o
+			}
+		}
+		if secret == nil {
+			bad("the gateways take SEQFLOW_KEK from Secret %s, which the overlay does not ship", r.secret)
+			continue
+		}
+		v, ok := at(secret, "stringData", r.key).(string)
+		if !ok {
+			enc, _ := at(secret, "data", r.key).(string)
+			b, err := base64.StdEncoding.DecodeString(enc)
+			v, ok = string(b), err == nil && enc != ""
+		}
+		if !ok {
+			bad("Secret %s has no key %s", r.secret, r.key)
+		} else if _, err := keystore.ParseKEK(v); err != nil {
+			bad("Secret %s key %s: %v", r.secret, r.key, err)
 		}
 	}
 	return problems

@@ -47,9 +47,30 @@ func newAPI(cfg Config, verifier *auth.Verifier, signer *auth.Signer, gate *gate
 		log: log, m: m, now: now}
 }
 
+// read produces f's read receipt (receipts.read, known as there) and fans
+// the cursor out; it returns the seq marked read, 0 for none.
+func (a *api) read(ctx context.Context, p auth.Principal, f *wire.ClientFrame, known func(string) int64) (wire.OK, int64, *apierr.Error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout+cursorBoundWait)
+	defer cancel()
+	res, seq, aerr := a.receipts.read(ctx, p, f, known)
+	if aerr == nil && seq > 0 {
+		// To the user's own devices always (their unread counts), to
+		// the other members unless the user turned read receipts off.
+		a.signals.cursor(p.UserID, f.SessionID, wire.ReceiptRead, seq, a.settings.showsReads(ctx, p.UserID))
+	}
+	return res, seq, aerr
+}
+
 // query answers sync, changes, read, the member, device and presence
 // queries, each within storeTimeout.
 func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (any, *apierr.Error) {
+	if f.Op == wire.OpRead {
+		res, _, aerr := a.read(ctx, p, f, nil) // its own timeout: the bound may wait
+		if aerr != nil {
+			return nil, aerr
+		}
+		return res, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	var (
@@ -61,13 +82,6 @@ func (a *api) query(ctx context.Context, p auth.Principal, f *wire.ClientFrame) 
 		res, aerr = a.history.sync(ctx, p, f)
 	case wire.OpChanges:
 		res, aerr = a.history.changes(ctx, p, f)
-	case wire.OpRead:
-		res, aerr = a.receipts.read(ctx, p, f)
-		if aerr == nil {
-			// To the user's own devices always (their unread counts), to
-			// the other members unless the user turned read receipts off.
-			a.signals.cursor(p.UserID, f.SessionID, wire.ReceiptRead, f.Seq, a.settings.showsReads(ctx, p.UserID))
-		}
 	case wire.OpSeenBy:
 		res, aerr = a.history.seenBy(ctx, p, f)
 	case wire.OpMemberList:

@@ -12,6 +12,7 @@ import (
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/keystore"
 	"github.com/seqflow/seqflow/internal/wire"
 )
 
@@ -23,9 +24,14 @@ type Config struct {
 	PGURL string
 	// KEK: SEQFLOW_KEK, the key-encryption key (32 bytes, standard
 	// base64) that wraps the data keys sealing message bodies
-	// (docs/erasure.md). Unset: bodies enter Kafka in plaintext and nothing
-	// can be erased from the log.
+	// (docs/erasure.md). Required unless PlaintextBodies.
 	KEK string
+	// PlaintextBodies: SEQFLOW_PLAINTEXT_BODIES, default false. Bodies are
+	// sealed by default and the gateway refuses to start without a KEK;
+	// true chooses plaintext bodies explicitly: they then enter a log kept
+	// for ever, where no erasure can reach them. It and KEK exclude each
+	// other.
+	PlaintextBodies bool
 	// KEKPrevious: SEQFLOW_KEK_PREVIOUS, KEKs being rotated out
 	// (comma-separated): they still unwrap the keys wrapped with them
 	// until `seqflow keys rotate` moved those to KEK (docs/erasure.md).
@@ -95,7 +101,14 @@ type Config struct {
 	// login signs with when tokens are Ed25519 (with HS256 it uses the secret).
 	DevEd25519Private ed25519.PrivateKey
 	// DevTokenTTL: GATEWAY_DEV_TOKEN_TTL, lifetime of dev-login tokens, default 24h.
+	// At most DeviceRetention.
 	DevTokenTTL time.Duration
+	// JWTAudience: GATEWAY_JWT_AUDIENCE, default none. Set, every token
+	// must carry it in "aud" (dev-login tokens do).
+	JWTAudience string
+	// JWTIssuer: GATEWAY_JWT_ISSUER, default none. Set, every token's
+	// "iss" must be it (dev-login tokens are issued so).
+	JWTIssuer string
 	// AckWait: GATEWAY_ACK_WAIT, how long a send waits for its seq before it
 	// is answered "accepted", default 2s; 0 answers "accepted" at once.
 	AckWait time.Duration
@@ -185,8 +198,9 @@ type Config struct {
 	LoginPolicy string
 	// DeviceRetention: GATEWAY_DEVICE_RETENTION, how long a device stays on
 	// its user's list after it was last seen, and a sign-out is kept after
-	// it was made, default 30 days. Tokens must not live longer than this,
-	// or a signed-out device's token could work again.
+	// it was made, default 30 days. A token that lives longer than this is
+	// refused (auth.Policy.MaxLifetime): a signed-out device's token would
+	// work again once its sign-out is forgotten.
 	DeviceRetention time.Duration
 }
 
@@ -205,6 +219,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		PGURL:                  e.Required("SEQFLOW_PG_URL"),
 		RedisAddr:              e.Required("SEQFLOW_REDIS_ADDR"),
 		KEK:                    e.Optional("SEQFLOW_KEK", ""),
+		PlaintextBodies:        e.Bool("SEQFLOW_PLAINTEXT_BODIES", false),
 		KEKPrevious:            e.Optional("SEQFLOW_KEK_PREVIOUS", ""),
 		KeyPeriod:              e.Duration("SEQFLOW_KEY_PERIOD", 24*time.Hour, time.Second, 366*24*time.Hour),
 		KeyCacheTTL:            e.Duration("SEQFLOW_KEY_CACHE_TTL", 30*time.Second, time.Second, time.Minute),
@@ -220,6 +235,8 @@ func LoadConfig(e *config.Env) (Config, error) {
 		OTLPEndpoint:           e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
 		DevMode:                e.Bool("GATEWAY_DEV_MODE", false),
 		DevTokenTTL:            e.Duration("GATEWAY_DEV_TOKEN_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
+		JWTAudience:            e.String("GATEWAY_JWT_AUDIENCE", ""),
+		JWTIssuer:              e.String("GATEWAY_JWT_ISSUER", ""),
 		AckWait:                e.Duration("GATEWAY_ACK_WAIT", 2*time.Second, 0, 30*time.Second),
 		NoticeTTL:              e.Duration("GATEWAY_NOTICE_TTL", 2*time.Minute, time.Second, time.Hour),
 		ProduceTimeout:         e.Duration("GATEWAY_PRODUCE_TIMEOUT", 10*time.Second, 100*time.Millisecond, time.Minute),
@@ -297,6 +314,21 @@ func LoadConfig(e *config.Env) (Config, error) {
 		}
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want host:port", a.name, a.v))
+		}
+	}
+	if c.DevTokenTTL > c.DeviceRetention {
+		errs = append(errs, fmt.Errorf("GATEWAY_DEV_TOKEN_TTL (%s) must not exceed GATEWAY_DEVICE_RETENTION (%s): longer tokens are refused", c.DevTokenTTL, c.DeviceRetention))
+	}
+	switch {
+	case c.KEK == "" && !c.PlaintextBodies:
+		errs = append(errs, errors.New("SEQFLOW_KEK is required: bodies are sealed before they enter Kafka (docs/erasure.md); "+
+			"set it to 32 random bytes in base64 (openssl rand -base64 32), or set SEQFLOW_PLAINTEXT_BODIES=true to write bodies "+
+			"in plaintext into a log no erasure can reach"))
+	case c.KEK != "" && c.PlaintextBodies:
+		errs = append(errs, errors.New("SEQFLOW_KEK is set and SEQFLOW_PLAINTEXT_BODIES=true: choose one (sealed bodies, or plaintext)"))
+	case c.KEK != "":
+		if _, err := keystore.ParseKEK(c.KEK); err != nil {
+			errs = append(errs, fmt.Errorf("SEQFLOW_KEK: %w", err))
 		}
 	}
 	if c.IdleTimeout <= c.Heartbeat {

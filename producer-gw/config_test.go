@@ -19,6 +19,7 @@ func baseEnv() map[string]string {
 		"SEQFLOW_REDIS_ADDR":       "127.0.0.1:16379",
 		"GATEWAY_JWT_HS256_SECRET": testSecret,
 		"GATEWAY_ID":               "gw-1",
+		"SEQFLOW_PLAINTEXT_BODIES": "true",
 	}
 }
 
@@ -73,6 +74,21 @@ func TestLoadConfig(t *testing.T) {
 		{name: "bad addr", set: map[string]string{"GATEWAY_ADDR": "8080"}, wantErr: "GATEWAY_ADDR"},
 		{name: "idle not above heartbeat", set: map[string]string{"GATEWAY_HEARTBEAT": "30s", "GATEWAY_IDLE_TIMEOUT": "20s"}, wantErr: "GATEWAY_IDLE_TIMEOUT"},
 		{name: "body leaves no room in frame", set: map[string]string{"GATEWAY_MAX_FRAME_BYTES": "8192", "GATEWAY_MAX_BODY_BYTES": "8000"}, wantErr: "GATEWAY_MAX_BODY_BYTES"},
+		{name: "neither a KEK nor plaintext chosen", unset: []string{"SEQFLOW_PLAINTEXT_BODIES"}, wantErr: "SEQFLOW_KEK is required"},
+		{name: "plaintext false is no choice", set: map[string]string{"SEQFLOW_PLAINTEXT_BODIES": "false"}, wantErr: "SEQFLOW_PLAINTEXT_BODIES=true"},
+		{name: "a KEK and plaintext", set: map[string]string{"SEQFLOW_KEK": testKEK}, wantErr: "choose one"},
+		{name: "a KEK", set: map[string]string{"SEQFLOW_KEK": testKEK}, unset: []string{"SEQFLOW_PLAINTEXT_BODIES"}, check: func(t *testing.T, c Config) {
+			if c.PlaintextBodies || c.KEK != testKEK {
+				t.Fatalf("KEK %q, plaintext %v", c.KEK, c.PlaintextBodies)
+			}
+		}},
+		{name: "a short KEK", set: map[string]string{"SEQFLOW_KEK": base64.StdEncoding.EncodeToString(make([]byte, 16))}, unset: []string{"SEQFLOW_PLAINTEXT_BODIES"}, wantErr: "SEQFLOW_KEK: the KEK must be 32 bytes"},
+		{name: "dev tokens outlive the retention", set: map[string]string{"GATEWAY_DEV_TOKEN_TTL": "72h", "GATEWAY_DEVICE_RETENTION": "48h"}, wantErr: "GATEWAY_DEV_TOKEN_TTL (72h0m0s) must not exceed GATEWAY_DEVICE_RETENTION"},
+		{name: "pinned audience and issuer", set: map[string]string{"GATEWAY_JWT_AUDIENCE": "seqflow", "GATEWAY_JWT_ISSUER": "https://id.example"}, check: func(t *testing.T, c Config) {
+			if c.JWTAudience != "seqflow" || c.JWTIssuer != "https://id.example" {
+				t.Fatalf("audience %q issuer %q", c.JWTAudience, c.JWTIssuer)
+			}
+		}},
 		{name: "every error at once", set: map[string]string{"GATEWAY_ACK_WAIT": "x", "GATEWAY_RATE_BURST": "-1"}, wantErr: "GATEWAY_RATE_BURST"},
 	}
 	for _, c := range cases {

@@ -124,9 +124,13 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 		a.httpError(w, "", aerr)
 		return
 	}
-	if a.devices.signedOut(r.Context(), p) {
-		a.m.connects.WithLabelValues("signed_out").Inc()
-		a.httpError(w, "", errSignedOut)
+	if aerr := a.devices.signedOut(r.Context(), p); aerr != nil {
+		if aerr == errSignedOut {
+			a.m.connects.WithLabelValues("signed_out").Inc()
+		} else {
+			a.m.connects.WithLabelValues("unavailable").Inc()
+		}
+		a.httpError(w, "", aerr)
 		return
 	}
 	if a.gate.draining() {
@@ -144,6 +148,7 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 		out: make(chan outFrame, a.cfg.ConnQueue), closing: make(chan struct{}), lazyWake: make(chan struct{}, 1),
 		inflight: make(chan struct{}, a.cfg.MaxInFlight), lastSeq: map[string]int64{}}
 	c.rc = a.receipts.batch(p)
+	c.rc.known = c.pushedSeq
 	c.touch()
 	if !a.hub.add(c) {
 		_ = ws.Close(websocket.StatusServiceRestart, "reconnect")
@@ -169,9 +174,12 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 	// Checked again now that c is in the hub: a sign-out whose signal was
 	// applied before c was there is found in Redis (its cutoff is written
 	// before the signal is sent); one applied later closes c.
-	if a.devices.signedOut(r.Context(), p) {
+	switch aerr := a.devices.signedOut(r.Context(), p); aerr {
+	case errSignedOut:
 		c.closeWith(closeSignedOut, "signed_out", "signed_out")
-	} else {
+	case errSignOutUnknown:
+		c.closeWith(websocket.StatusTryAgainLater, "unavailable", "unavailable")
+	default:
 		a.devices.connected(r.Context(), c)
 	}
 	c.readLoop()
@@ -306,7 +314,7 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		c.answerChanges(res, states)
 		return
 	case f.Op == wire.OpRead:
-		res, aerr := a.query(context.Background(), c.p, f)
+		res, seq, aerr := a.read(context.Background(), c.p, f, c.pushedSeq)
 		if aerr != nil {
 			c.sendError(f.ReqID, "", aerr)
 			return
@@ -314,7 +322,9 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		c.enqueueJSON(res)
 		// This device's counts at once; the user's other devices learn the
 		// cursor from the read fan-out.
-		c.ownRead(f.SessionID, f.Seq)
+		if seq > 0 {
+			c.ownRead(f.SessionID, seq)
+		}
 		return
 	case f.Op == wire.OpSignOut:
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
@@ -490,6 +500,14 @@ func (c *conn) takeLazy() [][]byte {
 	c.lazy = nil
 	c.lazyTimer.Stop()
 	return b
+}
+
+// pushedSeq is the last seq of session pushed to this connection, 0 for
+// none.
+func (c *conn) pushedSeq(session string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastSeq[session]
 }
 
 // deliver writes a pushed event unless the connection already got a later

@@ -86,24 +86,32 @@ func newDevices(cfg Config, store *presence.Devices, conns *presence.Store, pw p
 		cutoffs: map[presence.DeviceKey]cachedCutoff{}, seen: map[presence.DeviceKey]time.Time{}}
 }
 
-// signedOut reports whether p's token was issued at or before its
-// device's sign-out. A Redis failure lets the token through (counted).
-func (d *devices) signedOut(ctx context.Context, p auth.Principal) bool {
+// signedOut refuses p's token when it was issued at or before its
+// device's sign-out (errSignedOut), and when the sign-out cannot be read
+// (errSignOutUnknown, retryable: counted as redis_error): a token is let
+// through only once it is known not to be signed out, so a Redis outage
+// never revives a signed-out device (an erased user's among them).
+func (d *devices) signedOut(ctx context.Context, p auth.Principal) *apierr.Error {
 	k := presence.DeviceKey{UserID: p.UserID, DeviceID: p.DeviceID}
 	cut, err := d.cutoff(ctx, k)
 	if err != nil {
 		d.m.signOutChecks.WithLabelValues("redis_error").Inc()
-		return false
+		d.log.Warn("sign-out check: refused, Redis did not answer", "user_id", p.UserID, "device_id", p.DeviceID, "err", err)
+		return errSignOutUnknown
 	}
 	if cut > 0 && issuedUnix(p) <= cut {
 		d.m.signOutChecks.WithLabelValues("refused").Inc()
-		return true
+		return errSignedOut
 	}
-	return false
+	return nil
 }
 
 // errSignedOut is the answer to a signed-out token.
 var errSignedOut = apierr.New(imv1.ErrorCode_ERROR_CODE_SIGNED_OUT, "")
+
+// errSignOutUnknown answers a token whose device's sign-out could not be
+// read: retry.
+var errSignOutUnknown = apierr.New(imv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "the sign-out list did not answer; retry")
 
 func issuedUnix(p auth.Principal) int64 {
 	if p.IssuedAt.IsZero() {

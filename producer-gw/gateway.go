@@ -96,6 +96,9 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: log, reg: prometheus.NewRegistry(), gate: &gate{}, addr: make(chan string, 1), admin: make(chan string, 1), now: time.Now}
 	g.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	g.m = newMetrics(g.reg)
+	if !cfg.PlaintextBodies {
+		g.m.bodiesSealed.Set(1)
+	}
 	var err error
 	switch {
 	case cfg.HS256Secret != nil:
@@ -111,6 +114,10 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("producer-gw auth: %w", err)
+	}
+	g.verifier.SetPolicy(auth.Policy{Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer, MaxLifetime: cfg.DeviceRetention})
+	if g.signer != nil {
+		g.signer.Audience, g.signer.Issuer = cfg.JWTAudience, cfg.JWTIssuer
 	}
 	return g, nil
 }
@@ -156,7 +163,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return fmt.Errorf("listen %s: %w", g.cfg.Addr, err)
 	}
 	g.addr <- ln.Addr().String()
-	g.log.Info("gateway listening", "addr", ln.Addr().String(), "gateway_id", g.cfg.GatewayID, "dev_mode", g.cfg.DevMode)
+	if g.cfg.PlaintextBodies {
+		g.log.Warn("bodies in plaintext (SEQFLOW_PLAINTEXT_BODIES=true): they enter a log no erasure can reach (docs/erasure.md)")
+	}
+	g.log.Info("gateway listening", "addr", ln.Addr().String(), "gateway_id", g.cfg.GatewayID, "dev_mode", g.cfg.DevMode,
+		"bodies_sealed", !g.cfg.PlaintextBodies)
 
 	// Background work outlives ctx until the drain is done: in-flight
 	// sends still need their seqs from the push transport.
@@ -256,6 +267,7 @@ func (g *Gateway) connect(ctx context.Context) error {
 			return fmt.Errorf("open key store: %w", err)
 		}
 		g.keys = ks
+		g.log.Info("bodies sealed", "kek", kek.ID(), "previous_keks", len(prev))
 	}
 	if g.rdb == nil {
 		// Several comma-separated addresses make the universal client a
@@ -298,6 +310,7 @@ func (g *Gateway) compose() {
 		g.up.bodies, g.down.bodies, g.history.bodies = b, b, b
 	}
 	g.receipts = newReceipts(g.cfg, g.kc, g.members, g.log, g.m, g.now)
+	g.receipts.seqs = g.store
 	g.signals = newSignals(g.cfg.GatewayID, g.members, g.store, g.presence, g.sender, g.log, g.m, g.now)
 	g.receipts.cursors = g.signals
 	g.devices = newDevices(g.cfg, presence.NewDevices(g.rdb, g.cfg.DeviceRetention), g.presence, g.presence, lookups{g.pool, g.store},

@@ -30,6 +30,9 @@ import (
 
 const testSecret = "test-secret-test-secret-test-secret!"
 
+// testKEK is a KEK for tests that start a gateway sealing bodies (32 bytes).
+const testKEK = "c2VxZmxvdy10ZXN0LWtlay1zZXFmbG93LXRlc3Qta2U="
+
 // pipeline is the real stack for protocol tests: topics under a fresh
 // prefix, and sequencer, persister and pusher running as processes.
 type pipeline struct {
@@ -190,6 +193,11 @@ func (p *pipeline) env(over map[string]string) map[string]string {
 		"GATEWAY_JWT_HS256_SECRET": testSecret,
 		"GATEWAY_ACK_WAIT":         "10s",
 		"GATEWAY_SHUTDOWN_TIMEOUT": "3s",
+	}
+	// Plaintext bodies unless the test brings a KEK: most tests read
+	// bodies in the store and the log.
+	if over["SEQFLOW_KEK"] == "" {
+		m["SEQFLOW_PLAINTEXT_BODIES"] = "true"
 	}
 	for k, v := range over {
 		m[k] = v

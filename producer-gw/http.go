@@ -51,8 +51,8 @@ func (a *api) principal(w http.ResponseWriter, r *http.Request) (auth.Principal,
 		a.httpError(w, "", apierr.New(auth.Code(err), err.Error()))
 		return p, false
 	}
-	if a.devices.signedOut(r.Context(), p) {
-		a.httpError(w, "", errSignedOut)
+	if aerr := a.devices.signedOut(r.Context(), p); aerr != nil {
+		a.httpError(w, "", aerr)
 		return p, false
 	}
 	a.devices.httpSeen(r.Context(), p)

@@ -40,8 +40,14 @@ type metrics struct {
 	// signal (signout, replace) and outcome.
 	deviceSignals *prometheus.CounterVec
 	// signOutChecks counts token checks against sign-outs by outcome
-	// (refused, redis_error: let through, see docs/protocol.md).
+	// (refused; redis_error: refused unavailable, see docs/protocol.md).
 	signOutChecks *prometheus.CounterVec
+	// bodiesSealed is 1 when bodies are sealed before they enter Kafka
+	// (SEQFLOW_KEK), 0 when plaintext was chosen (SEQFLOW_PLAINTEXT_BODIES).
+	bodiesSealed prometheus.Gauge
+	// cursorsBounded counts read and delivered cursors lowered to their
+	// session's last seq (receipts.bound).
+	cursorsBounded prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -139,11 +145,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"signal", "outcome"}),
 		signOutChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqflow_gateway_signout_checks_total",
-			Help: "Tokens checked against their device's sign-out that were refused (refused) or let through because Redis did not answer (redis_error).",
+			Help: "Tokens checked against their device's sign-out that were refused signed_out (refused) or refused unavailable because Redis did not answer (redis_error).",
 		}, []string{"outcome"}),
+		cursorsBounded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqflow_gateway_cursors_bounded_total",
+			Help: "Read and delivered cursors beyond their session's last seq, lowered to it.",
+		}),
+		bodiesSealed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqflow_bodies_sealed",
+			Help: "1 when message bodies are sealed before they enter Kafka (SEQFLOW_KEK), 0 when plaintext bodies were chosen (SEQFLOW_PLAINTEXT_BODIES=true).",
+		}),
 	}
 	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
 		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.rateLeases, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
-		m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors)
+		m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors, m.bodiesSealed, m.cursorsBounded)
 	return m
 }

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -217,4 +220,86 @@ func TestSlowConsumerIsClosed(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestProcessSealsBodiesByDefault runs the real binary: without SEQFLOW_KEK
+// it refuses to start unless plaintext bodies were chosen by name, and it
+// reports the choice on /metrics (seqflow_bodies_sealed) and in its log.
+func TestProcessSealsBodiesByDefault(t *testing.T) {
+	p := newPipelineNoProcs(t)
+	bin := proc.Build(t, "./producer-gw")
+	envList := func(over map[string]string) []string {
+		env := p.env(map[string]string{"GATEWAY_ADDR": proc.AnyPort, "GATEWAY_ADMIN_ADDR": proc.AnyPort})
+		// Whatever the test's own environment holds, the process sees these.
+		env["SEQFLOW_KEK"], env["SEQFLOW_PLAINTEXT_BODIES"] = "", "false"
+		for k, v := range over {
+			env[k] = v
+		}
+		var list []string
+		for k, v := range env {
+			list = append(list, k+"="+v)
+		}
+		return list
+	}
+
+	neither := proc.Start(t, "gw-unsealed", bin, envList(nil)...)
+	waitExit(t, neither)
+	if neither.Err() == nil {
+		t.Fatal("a gateway with neither SEQFLOW_KEK nor SEQFLOW_PLAINTEXT_BODIES=true exited 0")
+	}
+	for _, want := range []string{"SEQFLOW_KEK is required", "SEQFLOW_PLAINTEXT_BODIES=true"} {
+		if !neither.LogContains(want) {
+			t.Fatalf("the refusal does not say %q", want)
+		}
+	}
+	if neither.LogContains("gateway listening") {
+		t.Fatal("the gateway listened before refusing")
+	}
+
+	for _, c := range []struct {
+		name, log string
+		over      map[string]string
+		want      float64
+	}{
+		{"sealed", `"msg":"bodies sealed"`, map[string]string{"SEQFLOW_KEK": testKEK}, 1},
+		{"plaintext", `"msg":"bodies in plaintext`, map[string]string{"SEQFLOW_PLAINTEXT_BODIES": "true"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gw := proc.Start(t, "gw-"+c.name, bin, envList(c.over)...)
+			adminAddr := proc.LoggedAddr(t, gw, "admin listening", "GATEWAY_ADMIN_ADDR")
+			proc.LoggedAddr(t, gw, "gateway listening", "GATEWAY_ADDR")
+			if !gw.LogContains(c.log) {
+				t.Fatalf("the start log does not say %s", c.log)
+			}
+			if got := scrapeGauge(t, adminAddr, "seqflow_bodies_sealed"); got != c.want {
+				t.Fatalf("seqflow_bodies_sealed %v, want %v", got, c.want)
+			}
+			gw.Stop(10 * time.Second)
+		})
+	}
+}
+
+// scrapeGauge reads one unlabelled gauge from a /metrics endpoint.
+func scrapeGauge(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s on /metrics", name)
+	return 0
 }

@@ -38,6 +38,81 @@ type receipts struct {
 	// cursors shows delivery cursors to the other members once Kafka has
 	// the receipt; nil: not shown.
 	cursors cursorSink
+	// seqs bounds cursors by the sessions' last seqs (bound).
+	seqs lastSeqs
+}
+
+// lastSeqs is the store as bound uses it (a *store.Store): the last seq it
+// holds of each session, one query.
+type lastSeqs interface {
+	LastSeqs(ctx context.Context, sessionIDs []string) (map[string]int64, error)
+}
+
+// cursorBoundWait is how long bound waits for a cursor's seq to become
+// known before lowering it: the store trails the log by the persister's
+// batch, and a client may read a message (its own, acked; or pushed to
+// another of its connections) before the store or this connection has it.
+const cursorBoundWait = 1500 * time.Millisecond
+
+// bound lowers each cursor of cursors (session → seq) to its session's
+// last seq: a read or delivered seq beyond it would show messages not yet
+// sent as read or delivered (seen_by, delivery ticks) and is no position
+// in the session at all. The last seq is the larger of known(session), the
+// seq this gateway last pushed of it to the cursor's connection (nil: 0),
+// and the store's, asked only when the cursor passes known. A cursor
+// beyond both is given cursorBoundWait to become known (the store asked
+// again at growing intervals, 25 to 400 ms, so a hostile cursor costs a
+// few queries) and then lowered (counted); one bounded to 0 (the gateway
+// knows no event of its session) is dropped.
+func (r *receipts) bound(ctx context.Context, cursors map[string]int64, known func(session string) int64) error {
+	knownSeq := func(session string) int64 {
+		if known == nil {
+			return 0
+		}
+		return known(session)
+	}
+	deadline := time.Now().Add(cursorBoundWait)
+	delay := 25 * time.Millisecond
+	for {
+		var ask []string
+		for session, seq := range cursors {
+			if seq > knownSeq(session) {
+				ask = append(ask, session)
+			}
+		}
+		if len(ask) == 0 {
+			return nil
+		}
+		last, err := r.seqs.LastSeqs(ctx, ask)
+		if err != nil {
+			return err
+		}
+		over := map[string]int64{}
+		for _, session := range ask {
+			if b := max(last[session], knownSeq(session)); cursors[session] > b {
+				over[session] = b
+			}
+		}
+		if len(over) == 0 {
+			return nil
+		}
+		wait := min(delay, time.Until(deadline))
+		if wait <= 0 {
+			for session, b := range over {
+				r.m.cursorsBounded.Inc()
+				if cursors[session] = b; b <= 0 {
+					delete(cursors, session)
+				}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		delay = min(2*delay, 400*time.Millisecond)
+	}
 }
 
 func newReceipts(cfg Config, kafka receiptProducer, members memberChecker, log *slog.Logger, m *metrics, now func() time.Time) *receipts {
@@ -50,18 +125,29 @@ type cursorSink interface {
 	cursor(user, session, kind string, seq int64, shown bool)
 }
 
-// read produces the read receipt of f and waits for Kafka's answer, within
-// ctx and ProduceTimeout.
-func (r *receipts) read(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.OK, *apierr.Error) {
+// read produces the read receipt of f, its seq bounded by the session's
+// last seq (bound, with known: nil over HTTP), and waits for Kafka's
+// answer, within ctx and ProduceTimeout. It returns the seq produced, 0
+// when there was nothing to mark read.
+func (r *receipts) read(ctx context.Context, p auth.Principal, f *wire.ClientFrame, known func(string) int64) (wire.OK, int64, *apierr.Error) {
 	if err := requireMember(ctx, r.members, r.log, f.SessionID, p.UserID); err != nil {
-		return wire.OK{}, err
+		return wire.OK{}, 0, err
 	}
-	rr := &imv1.ReadReceipt{SessionId: f.SessionID, UserId: p.UserID, DeviceId: p.DeviceID, ReadSeq: f.Seq, TsMs: r.now().UnixMilli()}
+	cursor := map[string]int64{f.SessionID: f.Seq}
+	if err := r.bound(ctx, cursor, known); err != nil {
+		r.log.Warn("bound read cursor", "session_id", f.SessionID, "err", err)
+		return wire.OK{}, 0, apierr.New(imv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "the message store did not answer")
+	}
+	seq := cursor[f.SessionID]
+	if seq <= 0 {
+		return wire.OK{Op: wire.OpResult, ReqID: f.ReqID}, 0, nil
+	}
+	rr := &imv1.ReadReceipt{SessionId: f.SessionID, UserId: p.UserID, DeviceId: p.DeviceID, ReadSeq: seq, TsMs: r.now().UnixMilli()}
 	if err := r.produceSync(ctx, f.SessionID, "read_receipt", "seqflow.im.v1.ReadReceipt", rr); err != nil {
-		return wire.OK{}, produceError(err)
+		return wire.OK{}, 0, produceError(err)
 	}
 	r.m.receipts.WithLabelValues("read").Inc()
-	return wire.OK{Op: wire.OpResult, ReqID: f.ReqID}, nil
+	return wire.OK{Op: wire.OpResult, ReqID: f.ReqID}, seq, nil
 }
 
 // produceSync produces one receipt and waits for Kafka's answer.
@@ -87,6 +173,9 @@ func (r *receipts) produceSync(ctx context.Context, session, eventType, schema s
 type receiptBatch struct {
 	r *receipts
 	p auth.Principal
+	// known is the seq the connection was last pushed of a session (bound);
+	// nil over HTTP.
+	known func(session string) int64
 
 	mu      sync.Mutex
 	cursors map[string]int64
@@ -165,10 +254,17 @@ func (b *receiptBatch) produce(cursors map[string]int64) {
 	now := r.now().UnixMilli()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	for session, seq := range cursors {
+	for session := range cursors {
 		if ok, err := r.members.IsMember(ctx, session, b.p.UserID); err != nil || !ok {
-			continue
+			delete(cursors, session)
 		}
+	}
+	if err := r.bound(ctx, cursors, b.known); err != nil {
+		// Like a receipt Kafka refused: the next one covers them.
+		r.log.Warn("bound delivery cursors; not produced", "user_id", b.p.UserID, "sessions", len(cursors), "err", err)
+		return
+	}
+	for session, seq := range cursors {
 		v, err := proto.Marshal(&imv1.DeliveryReceipt{SessionId: session, UserId: b.p.UserID, DeviceId: b.p.DeviceID, DeliveredSeq: seq, TsMs: now})
 		if err != nil {
 			// proto.Marshal refuses only text that is not UTF-8, and a

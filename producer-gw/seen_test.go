@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -91,5 +92,72 @@ func TestSeen(t *testing.T) {
 	waitSeen(seqs[2], []string{carol})
 	if r := seenBy(d, "sbd", seqs[0]); r.Op != wire.OpError || r.Error.Name != "not_a_member" {
 		t.Fatalf("seen_by from a non-member: %+v, want not_a_member", r)
+	}
+}
+
+// TestCursorsBoundedByLastSeq attacks the cursors: a read or delivered seq
+// beyond the session's last seq is lowered to it (seen_by does not count the
+// reader for a message sent later), and a seq past wire.MaxSeq, whose seq+1
+// would overflow, is refused invalid_field.
+func TestCursorsBoundedByLastSeq(t *testing.T) {
+	p := newPipeline(t)
+	gw := p.gateway(nil)
+	alice, bob := user("alice"), user("bob")
+	a := p.connect(gw, alice, "phone")
+	sid, _ := createGroup(a, bob)
+	id := newID()
+	a.send(sendFrame(sid, id, "one"))
+	s1 := a.mustAckOK(id).Seq
+	p.waitStored(sid, s1)
+	b := p.connect(gw, bob, "laptop") // connected after: nothing pushed to it
+
+	b.send(map[string]any{"op": "read", "req_id": "ahead", "session_id": sid, "seq": s1 + 1000})
+	if r := b.result("ahead"); r.Op != wire.OpResult {
+		t.Fatalf("read ahead: %+v", r)
+	}
+	storedCursor := func(query string) int64 {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var seq int64
+			err := p.pool.QueryRow(t.Context(), query, sid, bob).Scan(&seq)
+			if err == nil {
+				return seq
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no stored cursor: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if got := storedCursor(`SELECT read_seq FROM read_cursors WHERE session_id = $1 AND user_id = $2`); got != s1 {
+		t.Fatalf("stored read cursor %d, want the session's last seq %d", got, s1)
+	}
+	id = newID()
+	a.send(sendFrame(sid, id, "two, not read by bob"))
+	s2 := a.mustAckOK(id).Seq
+	p.waitStored(sid, s2)
+	a.send(map[string]any{"op": "seen_by", "req_id": "sb", "session_id": sid, "seq": s2})
+	if r := a.result("sb"); r.Op != wire.OpResult || r.Count != 0 || len(r.Users) != 0 {
+		t.Fatalf("seen_by of a message bob never read: %+v, want nobody", r)
+	}
+
+	b.send(map[string]any{"op": "delivered", "req_id": "dl", "cursors": []map[string]any{{"session_id": sid, "seq": s2 + 1000}}})
+	if r := b.result("dl"); r.Op != wire.OpResult {
+		t.Fatalf("delivered ahead: %+v", r)
+	}
+	if got := storedCursor(`SELECT delivered_seq FROM delivery_cursors WHERE session_id = $1 AND user_id = $2`); got != s2 {
+		t.Fatalf("stored delivery cursor %d, want the session's last seq %d", got, s2)
+	}
+
+	for _, f := range []map[string]any{
+		{"op": "read", "req_id": "max1", "session_id": sid, "seq": int64(math.MaxInt64)},
+		{"op": "delivered", "req_id": "max2", "cursors": []map[string]any{{"session_id": sid, "seq": int64(math.MaxInt64)}}},
+		{"op": "seen_by", "req_id": "max3", "session_id": sid, "seq": int64(wire.MaxSeq) + 1},
+	} {
+		b.send(f)
+		if r := b.result(f["req_id"].(string)); r.Op != wire.OpError || r.Error.Name != "invalid_field" {
+			t.Fatalf("%s beyond wire.MaxSeq: %+v, want invalid_field", f["op"], r)
+		}
 	}
 }

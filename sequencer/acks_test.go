@@ -64,7 +64,7 @@ func TestBatchAcks(t *testing.T) {
 	}
 	pb := testPart(t, recs, []string{"s1", "s2", "s3"})
 	committed := dedup.Entry{Seq: 7, MsgID: 77, ServerTsMs: 70}
-	pb.st.window.Put("s1", "old", committed, 4000)
+	pb.st.window.Put("s1", "u1", "old", committed, 4000)
 	pb.classify(1000, 5000)
 	if err := pb.assign(topics, kgo.RecordHeader{}, testGen(t), 5000); err != nil {
 		t.Fatal(err)

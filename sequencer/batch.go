@@ -145,7 +145,7 @@ func (s *Sequencer) reserve(ctx context.Context, kind string, reqs []segment.Req
 	return grants, nil
 }
 
-type dkey struct{ session, clientMsgID string }
+type dkey struct{ session, sender, clientMsgID string }
 
 // classify decodes each record and decides: dead letter, retry of a
 // committed message, retry of a message earlier in this batch, refused by
@@ -162,8 +162,8 @@ func (pb *partBatch) classify(maxBytes int, nowMs int64) {
 		if it.bad != nil {
 			continue
 		}
-		k := dkey{it.up.SessionId, it.up.ClientMsgId}
-		if e, ok := pb.st.window.Get(k.session, k.clientMsgID, nowMs); ok {
+		k := dkey{it.up.SessionId, it.up.SenderUserId, it.up.ClientMsgId}
+		if e, ok := pb.st.window.Get(k.session, k.sender, k.clientMsgID, nowMs); ok {
 			if e.Refused != imv1.ErrorCode_ERROR_CODE_UNSPECIFIED {
 				// A retry of a refused command: refused alike, whatever
 				// changed since (the first answer may have reached the
@@ -481,7 +481,7 @@ func (b *batch) commit(s *Sequencer) {
 		for i := range pb.items {
 			it := &pb.items[i]
 			if it.up != nil && it.dupOf == nil && it.first < 0 {
-				pb.st.window.Put(it.up.SessionId, it.up.ClientMsgId, it.entry, b.nowMs)
+				pb.st.window.Put(it.up.SessionId, it.up.SenderUserId, it.up.ClientMsgId, it.entry, b.nowMs)
 			}
 		}
 		s.m.dedupEvicted.Add(float64(pb.st.window.Evicted - before))

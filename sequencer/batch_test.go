@@ -188,7 +188,7 @@ func BenchmarkBatch_1000(b *testing.B) {
 		st.book.Commit()
 		for j := range pb.items {
 			it := &pb.items[j]
-			st.window.Put(it.up.SessionId, it.up.ClientMsgId, it.entry, nowMs)
+			st.window.Put(it.up.SessionId, it.up.SenderUserId, it.up.ClientMsgId, it.entry, nowMs)
 		}
 		b.StopTimer()
 		cpu += processCPU(b) - cpu0

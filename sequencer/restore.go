@@ -65,7 +65,7 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 			if err := proto.Unmarshal(r.Value, &ev); err != nil {
 				return // not ours to judge here; the log only holds what we wrote
 			}
-			w.Put(ev.SessionId, ev.ClientMsgId, dedup.Entry{Seq: ev.Seq, MsgID: ev.MsgId, ServerTsMs: ev.ServerTsMs}, nowMs)
+			w.Put(ev.SessionId, ev.SenderUserId, ev.ClientMsgId, dedup.Entry{Seq: ev.Seq, MsgID: ev.MsgId, ServerTsMs: ev.ServerTsMs}, nowMs)
 			last[ev.SessionId] = max(last[ev.SessionId], ev.Seq)
 			n++
 		})
@@ -87,7 +87,7 @@ func (s *Sequencer) restoreWindow(ctx context.Context, p int32) (*dedup.Window, 
 				return
 			}
 			// An event of the same client message, put first, wins.
-			w.Put(rf.SessionId, rf.ClientMsgId, dedup.Entry{ServerTsMs: rf.ServerTsMs, Refused: rf.Code, Reason: rf.Reason}, nowMs)
+			w.Put(rf.SessionId, rf.SenderUserId, rf.ClientMsgId, dedup.Entry{ServerTsMs: rf.ServerTsMs, Refused: rf.Code, Reason: rf.Reason}, nowMs)
 			n++
 		})
 		if err != nil {

@@ -109,6 +109,11 @@ func (b *Bench) startServices(ctx context.Context, phase string, extra []string,
 		"producer-gw": {"GATEWAY_ID=bench-" + id, "GATEWAY_ADDR=" + b.gatewayAddr(), "GATEWAY_ADMIN_ADDR=" + b.adminAddr("producer-gw"),
 			"GATEWAY_JWT_HS256_SECRET=" + benchSecret, "GATEWAY_RATE_PER_USER=100000", "GATEWAY_RATE_BURST=100000"},
 	}
+	// Plaintext bodies, as every figure of docs/benchmarks.md was measured,
+	// unless SEQBENCH_SERVICE_ENV brings a KEK (docs/erasure.md, "Cost").
+	if !slices.ContainsFunc(b.cfg.ServiceEnv, func(kv string) bool { return strings.HasPrefix(kv, "SEQFLOW_KEK=") && kv != "SEQFLOW_KEK=" }) {
+		own["producer-gw"] = append(own["producer-gw"], "SEQFLOW_KEK=", "SEQFLOW_PLAINTEXT_BODIES=true")
+	}
 	for _, name := range names {
 		p := &proc.Proc{Name: name, Bin: filepath.Join(b.cfg.Root, ".data", "bin", name),
 			Env:   slices.Concat(common, own[name], b.cfg.ServiceEnv, extra),

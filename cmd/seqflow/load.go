@@ -26,7 +26,7 @@ func runLoad(ctx context.Context, args []string) error {
 func loadCmd(ctx context.Context, out, errOut io.Writer, args []string) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	gateways := fs.String("gateways", envDefault("SEQFLOW_GATEWAY_URL", "ws://127.0.0.1:8080"), "comma-separated gateway URLs; users are spread over them")
-	secret := fs.String("secret", os.Getenv("GATEWAY_JWT_HS256_SECRET"), "the gateways' HS256 secret (default GATEWAY_JWT_HS256_SECRET)")
+	secret := secretFlag(fs, "secret", "GATEWAY_JWT_HS256_SECRET", "the gateways' HS256 secret (default GATEWAY_JWT_HS256_SECRET)")
 	users := fs.Int("users", 10, "users, one connection each")
 	sessions := fs.Int("sessions", 5, "sessions")
 	groups := fs.Float64("groups", 0.5, "fraction of sessions that are groups (the rest are direct)")

@@ -27,10 +27,10 @@ type connFlags struct {
 func addConnFlags(fs *flag.FlagSet, device string) connFlags {
 	return connFlags{
 		gateway: fs.String("gateway", envDefault("SEQFLOW_GATEWAY_URL", "ws://127.0.0.1:8080"), "gateway URL, comma-separated for several (default SEQFLOW_GATEWAY_URL or ws://127.0.0.1:8080)"),
-		token:   fs.String("token", os.Getenv("SEQFLOW_TOKEN"), "bearer token (default SEQFLOW_TOKEN); without it one is minted for -user/-device"),
+		token:   secretFlag(fs, "token", "SEQFLOW_TOKEN", "bearer token (default SEQFLOW_TOKEN); without it one is minted for -user/-device"),
 		user:    fs.String("user", "", "user ID to mint a development token for"),
 		device:  fs.String("device", device, "device ID of the minted token"),
-		secret:  fs.String("secret", os.Getenv("GATEWAY_JWT_HS256_SECRET"), "HS256 secret to mint with (default GATEWAY_JWT_HS256_SECRET)"),
+		secret:  secretFlag(fs, "secret", "GATEWAY_JWT_HS256_SECRET", "HS256 secret to mint with (default GATEWAY_JWT_HS256_SECRET)"),
 		verbose: fs.Bool("v", false, "log connection events to stderr"),
 	}
 }

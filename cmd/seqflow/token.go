@@ -32,8 +32,10 @@ func token(out io.Writer, args []string) error {
 	device := fs.String("device", "", "device ID, the token's device_id (required)")
 	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime")
 	platform := fs.String("platform", "", "the device's platform claim (ios, android, web, desktop, ...): the login policy one_per_platform and the device list use it; default none")
-	secret := fs.String("secret", os.Getenv("GATEWAY_JWT_HS256_SECRET"), "HS256 secret (default GATEWAY_JWT_HS256_SECRET)")
-	edKey := fs.String("ed25519-private-key", os.Getenv("GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY"), "Ed25519 private key, PEM or base64 (default GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY)")
+	secret := secretFlag(fs, "secret", "GATEWAY_JWT_HS256_SECRET", "HS256 secret (default GATEWAY_JWT_HS256_SECRET)")
+	edKey := secretFlag(fs, "ed25519-private-key", "GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY", "Ed25519 private key, PEM or base64 (default GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY)")
+	aud := fs.String("aud", os.Getenv("GATEWAY_JWT_AUDIENCE"), "the token's aud, what gateways with GATEWAY_JWT_AUDIENCE ask for")
+	iss := fs.String("iss", os.Getenv("GATEWAY_JWT_ISSUER"), "the token's iss, what gateways with GATEWAY_JWT_ISSUER ask for")
 	newKey := fs.Bool("new-key", false, "print a new Ed25519 key pair and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -66,6 +68,7 @@ func token(out io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
+	s.Audience, s.Issuer = *aud, *iss
 	tok, err := s.MintPlatform(*user, *device, *platform, *ttl)
 	if err != nil {
 		return err

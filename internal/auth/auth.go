@@ -58,7 +58,25 @@ type Verifier struct {
 	key    any
 	leeway time.Duration
 	now    func() time.Time
+	policy Policy
 }
+
+// Policy is what a Verifier asks of a token beyond its signature and
+// expiry. The zero Policy asks nothing more.
+type Policy struct {
+	// Audience, when set, must be one of the token's "aud".
+	Audience string
+	// Issuer, when set, must be the token's "iss".
+	Issuer string
+	// MaxLifetime, when > 0, bounds a token's lifetime: exp - iat, and
+	// exp - now (a token without iat, or one whose iat lies). A device's
+	// sign-out is kept only so long (GATEWAY_DEVICE_RETENTION): a longer
+	// token of a signed-out device would work again once it is forgotten.
+	MaxLifetime time.Duration
+}
+
+// SetPolicy makes v ask p of every token. Call it before v is used.
+func (v *Verifier) SetPolicy(p Policy) { v.policy = p }
 
 // NewHS256Verifier accepts HS256 tokens signed with secret.
 func NewHS256Verifier(secret []byte) (*Verifier, error) {
@@ -87,19 +105,38 @@ func (v *Verifier) Verify(token string) (Principal, error) {
 	if len(token) > MaxTokenBytes {
 		return Principal{}, &TokenError{Reason: fmt.Sprintf("token is over %d bytes", MaxTokenBytes)}
 	}
-	p := jwt.NewParser(
+	opts := []jwt.ParserOption{
 		jwt.WithValidMethods([]string{v.alg}),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(v.leeway),
 		jwt.WithTimeFunc(v.now),
-	)
+	}
+	if v.policy.Audience != "" {
+		opts = append(opts, jwt.WithAudience(v.policy.Audience))
+	}
+	if v.policy.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(v.policy.Issuer))
+	}
 	var c Claims
-	_, err := p.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.key, nil })
+	_, err := jwt.NewParser(opts...).ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.key, nil })
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return Principal{}, &TokenError{Reason: "token expired", Expired: true}
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return Principal{}, &TokenError{Reason: fmt.Sprintf("claim aud: want %q", v.policy.Audience)}
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return Principal{}, &TokenError{Reason: fmt.Sprintf("claim iss: want %q", v.policy.Issuer)}
 	case err != nil:
 		return Principal{}, &TokenError{Reason: err.Error()}
+	}
+	if max := v.policy.MaxLifetime; max > 0 {
+		exp := c.ExpiresAt.Time
+		if c.IssuedAt != nil && exp.Sub(c.IssuedAt.Time) > max {
+			return Principal{}, &TokenError{Reason: fmt.Sprintf("token lives %s (iat to exp), longer than the %s a device's sign-out is kept", exp.Sub(c.IssuedAt.Time), max)}
+		}
+		if left := exp.Sub(v.now()); left > max+v.leeway {
+			return Principal{}, &TokenError{Reason: fmt.Sprintf("token expires in %s, later than the %s a device's sign-out is kept", left.Round(time.Second), max)}
+		}
 	}
 	if err := ValidID(c.Subject); err != nil {
 		return Principal{}, &TokenError{Reason: "claim sub: " + err.Error()}
@@ -165,6 +202,9 @@ type Signer struct {
 	method jwt.SigningMethod
 	key    any
 	now    func() time.Time
+	// Audience and Issuer, when set, go into every token's "aud" and "iss"
+	// (what a Verifier's Policy pins).
+	Audience, Issuer string
 }
 
 // NewHS256Signer signs with secret.
@@ -203,8 +243,11 @@ func (s *Signer) MintPlatform(userID, deviceID, platform string, ttl time.Durati
 	}
 	now := s.now()
 	c := Claims{DeviceID: deviceID, Platform: platform, RegisteredClaims: jwt.RegisteredClaims{
-		Subject: userID, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+		Subject: userID, Issuer: s.Issuer, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 	}}
+	if s.Audience != "" {
+		c.Audience = jwt.ClaimStrings{s.Audience}
+	}
 	return jwt.NewWithClaims(s.method, c).SignedString(s.key)
 }
 

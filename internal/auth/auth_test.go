@@ -209,3 +209,61 @@ func TestParseKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyPolicy: a pinned audience and issuer are required, and a token
+// may not live longer than the policy's MaxLifetime (the device retention).
+func TestVerifyPolicy(t *testing.T) {
+	now := time.Now()
+	v, _ := NewHS256Verifier(secret)
+	v.SetPolicy(Policy{Audience: "seqflow", Issuer: "https://id.example", MaxLifetime: 30 * 24 * time.Hour})
+	with := func(edit func(jwt.MapClaims)) string {
+		c := claims("u1", "d1", now.Add(time.Hour))
+		c["aud"], c["iss"], c["iat"] = "seqflow", "https://id.example", now.Unix()
+		edit(c)
+		return sign(t, jwt.SigningMethodHS256, secret, c)
+	}
+	for _, c := range []struct {
+		name, token, reason string
+	}{
+		{"pinned aud and iss", with(func(jwt.MapClaims) {}), ""},
+		{"aud among several", with(func(c jwt.MapClaims) { c["aud"] = []string{"other", "seqflow"} }), ""},
+		{"no aud", with(func(c jwt.MapClaims) { delete(c, "aud") }), "aud claim is required"},
+		{"another aud", with(func(c jwt.MapClaims) { c["aud"] = "billing" }), `claim aud: want "seqflow"`},
+		{"no iss", with(func(c jwt.MapClaims) { delete(c, "iss") }), "iss claim is required"},
+		{"another iss", with(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" }), `claim iss: want "https://id.example"`},
+		{"lives 31 days", with(func(c jwt.MapClaims) { c["exp"] = now.Add(31 * 24 * time.Hour).Unix() }), "longer than the 720h0m0s a device's sign-out is kept"},
+		{"no iat, expires in a year", with(func(c jwt.MapClaims) {
+			delete(c, "iat")
+			c["exp"] = now.Add(365 * 24 * time.Hour).Unix()
+		}), "later than the 720h0m0s"},
+		{"iat in the future hides its lifetime", with(func(c jwt.MapClaims) {
+			c["iat"] = now.Add(300 * 24 * time.Hour).Unix()
+			c["exp"] = now.Add(310 * 24 * time.Hour).Unix()
+		}), ""}, // the parser refuses an iat in the future: "token used before issued"
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := v.Verify(c.token)
+			switch {
+			case c.name == "iat in the future hides its lifetime":
+				if err == nil {
+					t.Fatal("accepted")
+				}
+			case c.reason == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.reason != "" && (err == nil || !strings.Contains(err.Error(), c.reason)):
+				t.Fatalf("err = %v, want one saying %q", err, c.reason)
+			case c.reason != "" && Code(err) != imv1.ErrorCode_ERROR_CODE_UNAUTHENTICATED:
+				t.Fatalf("code %v, want UNAUTHENTICATED", Code(err))
+			}
+		})
+	}
+	s, _ := NewHS256Signer(secret)
+	s.Audience, s.Issuer = "seqflow", "https://id.example"
+	tok, err := s.Mint("u1", "d1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(tok); err != nil {
+		t.Fatalf("a token of a signer with the pinned aud and iss: %v", err)
+	}
+}

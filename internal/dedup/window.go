@@ -1,10 +1,14 @@
 // Package dedup remembers, for a time window, which seq and message ID each
-// client message (session_id, client_msg_id) got, so a retry is answered
+// client message (session_id, sender_user_id, client_msg_id) got, so a retry is answered
 // with the same ones instead of a new seq; or that the session's rules
 // refused it, so a retry is refused alike instead of being decided again
 // (two attempts of one client message in flight at once, decided either
 // side of a state change, would otherwise tell the client one outcome and
 // the log another).
+//
+// The sender is part of the key: client message IDs are chosen by clients,
+// so two users may pick the same one in one session, and each must get its
+// own seq, never the other's.
 //
 // A Window holds only entries whose sequenced event is committed: callers
 // stage the entries of a Kafka transaction and Commit them only after the
@@ -29,7 +33,7 @@ type Entry struct {
 	Reason     string
 }
 
-type key struct{ session, clientMsgID string }
+type key struct{ session, sender, clientMsgID string }
 
 type item struct {
 	k  key
@@ -56,10 +60,10 @@ func NewWindow(ttl time.Duration, max int) *Window {
 	return &Window{ttlMs: ttl.Milliseconds(), max: max, m: map[key]Entry{}}
 }
 
-// Get returns the entry of a client message if it is inside the window at
-// nowMs.
-func (w *Window) Get(session, clientMsgID string, nowMs int64) (Entry, bool) {
-	e, ok := w.m[key{session, clientMsgID}]
+// Get returns the entry of sender's client message if it is inside the
+// window at nowMs.
+func (w *Window) Get(session, sender, clientMsgID string, nowMs int64) (Entry, bool) {
+	e, ok := w.m[key{session, sender, clientMsgID}]
 	if !ok || nowMs-e.ServerTsMs > w.ttlMs {
 		return Entry{}, false
 	}
@@ -68,8 +72,8 @@ func (w *Window) Get(session, clientMsgID string, nowMs int64) (Entry, bool) {
 
 // Put records e for a client message whose event is committed. A later Put
 // of the same key keeps the first entry: the first seq is the one.
-func (w *Window) Put(session, clientMsgID string, e Entry, nowMs int64) {
-	k := key{session, clientMsgID}
+func (w *Window) Put(session, sender, clientMsgID string, e Entry, nowMs int64) {
+	k := key{session, sender, clientMsgID}
 	if old, ok := w.m[k]; ok && nowMs-old.ServerTsMs <= w.ttlMs {
 		return
 	}

@@ -388,6 +388,28 @@ func (s *Store) SeenByExcept(ctx context.Context, sessionID string, seq int64, l
 	return users, count, members, nil
 }
 
+// LastSeqs returns the last seq the store holds of each of sessionIDs;
+// a session it does not hold is absent.
+func (s *Store) LastSeqs(ctx context.Context, sessionIDs []string) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT session_id, last_seq FROM %s.sessions WHERE session_id = ANY($1)`, s.q()), sessionIDs)
+	if err != nil {
+		return nil, fmt.Errorf("query last seqs: %w", err)
+	}
+	out := make(map[string]int64, len(sessionIDs))
+	var (
+		id   string
+		last int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &last}, func() error {
+		out[id] = last
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("query last seqs: %w", err)
+	}
+	return out, nil
+}
+
 // Session returns one session's state as seen by userID (ReadSeq and
 // JoinedSeq are userID's; 0 when not a member), and false when the store
 // has no such session.

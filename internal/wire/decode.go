@@ -45,6 +45,11 @@ const (
 	maxTraceparentBytes = 55
 )
 
+// MaxSeq is the largest seq a frame may name: 2^53-1, the largest integer a
+// JSON number keeps exactly in JavaScript, far beyond any seq the sequencer
+// hands out, and far enough below 2^63 that seq+1 never overflows.
+const MaxSeq = 1<<53 - 1
+
 // Decode parses and validates one client frame. Errors are registry
 // errors: FRAME_TOO_LARGE, INVALID_UTF8, AMBIGUOUS_JSON, BAD_FRAME (see
 // strict.go), then whatever Validate finds (with the parsed frame, so a
@@ -134,8 +139,8 @@ func (f *ClientFrame) Validate(l Limits) *apierr.Error {
 		if err := idField("session_id", f.SessionID, MaxSessionIDBytes); err != nil {
 			return err
 		}
-		if f.Seq <= 0 {
-			return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "seq must be > 0")
+		if f.Seq <= 0 || f.Seq > MaxSeq {
+			return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "seq must be 1-%d", int64(MaxSeq))
 		}
 	case OpDelivered:
 		if len(f.Cursors) == 0 {
@@ -148,8 +153,8 @@ func (f *ClientFrame) Validate(l Limits) *apierr.Error {
 			if err := idField("cursors.session_id", c.SessionID, MaxSessionIDBytes); err != nil {
 				return err
 			}
-			if c.Seq <= 0 {
-				return apierr.New(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "cursors.seq must be > 0")
+			if c.Seq <= 0 || c.Seq > MaxSeq {
+				return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "cursors.seq must be 1-%d", int64(MaxSeq))
 			}
 		}
 	case OpTyping:
@@ -286,8 +291,8 @@ func (f *ClientFrame) syncPosition() *apierr.Error {
 		name string
 		v    int64
 	}{{"after_seq", f.AfterSeq}, {"before_seq", f.BeforeSeq}, {"around_seq", f.AroundSeq}} {
-		if p.v < 0 {
-			return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s must be >= 0", p.name)
+		if p.v < 0 || p.v > MaxSeq {
+			return apierr.Newf(imv1.ErrorCode_ERROR_CODE_INVALID_FIELD, "%s must be 0-%d", p.name, int64(MaxSeq))
 		}
 		if p.v > 0 {
 			set++

@@ -517,7 +517,9 @@ func (s *suite) setup(ctx context.Context) error {
 				"GATEWAY_HEARTBEAT=2s", "GATEWAY_PRESENCE_TTL=6s", "GATEWAY_RATE_PER_USER=1000", "GATEWAY_RATE_BURST=1000",
 				"GATEWAY_SHUTDOWN_TIMEOUT=3s"},
 		}
-		if !o.Plaintext {
+		if o.Plaintext {
+			env["gateway"] = append(env["gateway"], "SEQFLOW_KEK=", "SEQFLOW_PLAINTEXT_BODIES=true")
+		} else {
 			env["gateway"] = append(env["gateway"], "SEQFLOW_KEK="+s.kek)
 		}
 		adminVar := map[string]string{"sequencer": "SEQUENCER_ADMIN_ADDR", "persister": "PERSISTER_ADMIN_ADDR",

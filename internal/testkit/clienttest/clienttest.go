@@ -9,6 +9,7 @@ package clienttest
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,13 +118,20 @@ type Gateway struct {
 }
 
 // Gateway starts a producer-gw process named name (env overrides the
-// defaults: ACK wait 5s, rate limits high enough for tests) on a port the
-// kernel picks and waits until it listens.
+// defaults: ACK wait 5s, rate limits high enough for tests, plaintext
+// bodies unless env brings a SEQFLOW_KEK) on a port the kernel picks and
+// waits until it listens.
 func (p *Pipeline) Gateway(t *testing.T, name string, env ...string) *Gateway {
 	t.Helper()
 	all := append(p.Env(), "GATEWAY_ID=clt-"+name+"-"+p.ID, "GATEWAY_ADDR="+proc.AnyPort, "GATEWAY_ADMIN_ADDR=",
 		"GATEWAY_JWT_HS256_SECRET="+Secret, "GATEWAY_ACK_WAIT=5s", "GATEWAY_SHUTDOWN_TIMEOUT=3s",
 		"GATEWAY_RATE_PER_USER=2000", "GATEWAY_RATE_BURST=2000")
+	sealed := slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "SEQFLOW_KEK=") && kv != "SEQFLOW_KEK=" })
+	if !sealed {
+		// The tests read bodies in the log and the store; a KEK of the
+		// caller's environment must not make them sealed.
+		all = append(all, "SEQFLOW_KEK=", "SEQFLOW_PLAINTEXT_BODIES=true")
+	}
 	pr := proc.Start(t, name, p.gwBin, append(all, env...)...)
 	addr := proc.LoggedAddr(t, pr, "gateway listening", "GATEWAY_ADDR")
 	g := &Gateway{Proc: pr, Addr: addr, URL: "ws://" + addr}
