@@ -42,6 +42,11 @@ type metrics struct {
 	// signOutChecks counts token checks against sign-outs by outcome
 	// (refused, redis_error: let through, see docs/protocol.md).
 	signOutChecks *prometheus.CounterVec
+	// sockets is the client port's open TCP connections (connlimit.go).
+	sockets prometheus.Gauge
+	// connRefusals counts connections and requests refused by a
+	// connection cap, by cap: total, ip, user.
+	connRefusals *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -141,8 +146,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_gateway_signout_checks_total",
 			Help: "Tokens checked against their device's sign-out that were refused (refused) or let through because Redis did not answer (redis_error).",
 		}, []string{"outcome"}),
+		sockets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqflow_gateway_client_sockets", Help: "Open TCP connections of the client port (HTTP and WebSocket).",
+		}),
+		connRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_conn_refusals_total", Help: "Connections and requests refused by a connection cap, by cap (total, ip, user).",
+		}, []string{"cap"}),
 	}
-	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
+	reg.MustRegister(m.sockets, m.connRefusals, m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
 		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.rateLeases, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
 		m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors)
 	return m
