@@ -304,6 +304,9 @@ func addrOf(s string) netip.Addr {
 func writeRefusal(w http.ResponseWriter, e *apierr.Error) {
 	b := e.Body()
 	w.Header().Set("Retry-After", "1")
+	// Closed, not kept alive: net/http would first read what is left of
+	// the body, and a client trickling it would hold the answer back.
+	w.Header().Set("Connection", "close")
 	writeJSON(w, e.HTTPStatus(), wire.ErrorFrame{Op: wire.OpError,
 		Error: wire.ErrorBody{Code: b.Code, Name: b.Name, Message: b.Message, Retryable: b.Retryable}})
 }

@@ -60,6 +60,7 @@ func (a *api) principal(w http.ResponseWriter, r *http.Request) (auth.Principal,
 	if a.conns != nil {
 		if aerr := a.conns.admitUser(r.Context(), p.UserID); aerr != nil {
 			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close") // see writeRefusal
 			a.httpError(w, "", aerr)
 			return p, false
 		}

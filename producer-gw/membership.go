@@ -137,12 +137,16 @@ func (m *membership) IsMember(ctx context.Context, session, user string) (bool, 
 	return st == store.CurrentMember, err
 }
 
-// keepNegative keeps a negative answer read when events membership events
-// had been observed, unless another came since.
+// keepNegative keeps the store's negative answer read when events
+// membership events had been observed, unless another came since. One
+// that came from an event seen here is that event's (localTTL).
 func (m *membership) keepNegative(session, user string, events uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.events != events || m.nNeg >= maxNegative {
+		return
+	}
+	if s, ok := m.local[mkey{session, user}]; ok && m.now().Sub(s.at) < m.localTTL {
 		return
 	}
 	users := m.neg[session]

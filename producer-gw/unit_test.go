@@ -26,10 +26,14 @@ type fakeMembers struct {
 	members map[mkey]store.Standing
 	calls   int
 	err     error
+	block   func() // runs during each call, when set
 }
 
 func (f *fakeMembers) Standing(_ context.Context, s, u string) (store.Standing, error) {
 	f.calls++
+	if f.block != nil {
+		f.block()
+	}
 	return f.members[mkey{s, u}], f.err
 }
 
