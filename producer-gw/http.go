@@ -80,7 +80,8 @@ type knownMembers interface {
 // cost the store a membership query: one the gateway holds no answer for
 // and, on a WebSocket, has pushed nothing of (pushed, nil over HTTP). A
 // client acknowledging what it received pays one per frame; one naming
-// sessions at random pays one per session. At most the burst: a frame
+// sessions at random pays one per session. At most a burst (the user's,
+// and the device's when it has a limit): a frame
 // never costs more than a full bucket.
 func (a *api) cost(p auth.Principal, f *wire.ClientFrame, pushed func(session string) bool) int {
 	if f.Op != wire.OpDelivered || a.members == nil {
@@ -96,6 +97,9 @@ func (a *api) cost(p auth.Principal, f *wire.ClientFrame, pushed func(session st
 		if (pushed == nil || !pushed(c.SessionID)) && !a.members.known(c.SessionID, p.UserID) {
 			n++
 		}
+	}
+	if a.cfg.RatePerDevice > 0 {
+		n = min(n, a.cfg.RateDeviceBurst)
 	}
 	return min(n, a.cfg.RateBurst)
 }
