@@ -81,8 +81,8 @@ type knownMembers interface {
 // and, on a WebSocket, has pushed nothing of (pushed, nil over HTTP). A
 // client acknowledging what it received pays one per frame; one naming
 // sessions at random pays one per session. At most a burst (the user's,
-// and the device's when it has a limit): a frame
-// never costs more than a full bucket.
+// and the device's when it has a limit): a frame never costs more than a
+// full bucket.
 func (a *api) cost(p auth.Principal, f *wire.ClientFrame, pushed func(session string) bool) int {
 	if f.Op != wire.OpDelivered || a.members == nil {
 		return 1
