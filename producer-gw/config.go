@@ -162,8 +162,10 @@ type Config struct {
 	HTTPReadTimeout time.Duration
 	// HTTPWriteTimeout: GATEWAY_HTTP_WRITE_TIMEOUT, the bound from the end
 	// of a request's headers to the end of its response, default 60s; it
-	// must exceed GATEWAY_HTTP_READ_TIMEOUT plus GATEWAY_ACK_WAIT. A client
-	// that does not read its response is cut off then.
+	// must exceed GATEWAY_HTTP_READ_TIMEOUT plus GATEWAY_PRODUCE_TIMEOUT
+	// plus GATEWAY_ACK_WAIT (32s by default), the longest an HTTP command
+	// takes to answer. A client that does not read its response is cut
+	// off then.
 	HTTPWriteTimeout time.Duration
 	// HTTPIdleTimeout: GATEWAY_HTTP_IDLE_TIMEOUT, how long a keep-alive
 	// connection may wait for its next request, default 60s.
@@ -361,8 +363,9 @@ func LoadConfig(e *config.Env) (Config, error) {
 		errs = append(errs, fmt.Errorf("GATEWAY_TRUSTED_PROXIES: %w", err))
 	}
 	c.TrustedProxies = proxies
-	if c.HTTPWriteTimeout <= c.HTTPReadTimeout+c.AckWait {
-		errs = append(errs, fmt.Errorf("GATEWAY_HTTP_WRITE_TIMEOUT (%s) must exceed GATEWAY_HTTP_READ_TIMEOUT (%s) plus GATEWAY_ACK_WAIT (%s)", c.HTTPWriteTimeout, c.HTTPReadTimeout, c.AckWait))
+	if c.HTTPWriteTimeout <= c.HTTPReadTimeout+c.ProduceTimeout+c.AckWait {
+		errs = append(errs, fmt.Errorf("GATEWAY_HTTP_WRITE_TIMEOUT (%s) must exceed GATEWAY_HTTP_READ_TIMEOUT (%s) plus GATEWAY_PRODUCE_TIMEOUT (%s) plus GATEWAY_ACK_WAIT (%s): an HTTP command may take that long to answer",
+			c.HTTPWriteTimeout, c.HTTPReadTimeout, c.ProduceTimeout, c.AckWait))
 	}
 	if c.IdleTimeout <= c.Heartbeat {
 		errs = append(errs, fmt.Errorf("GATEWAY_IDLE_TIMEOUT (%s) must exceed GATEWAY_HEARTBEAT (%s)", c.IdleTimeout, c.Heartbeat))

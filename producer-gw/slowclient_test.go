@@ -70,7 +70,7 @@ func TestSlowClients(t *testing.T) {
 		"GATEWAY_ACK_WAIT":                 "5s",
 		"GATEWAY_HTTP_READ_TIMEOUT":        slowReadTO.String(),
 		"GATEWAY_HTTP_READ_HEADER_TIMEOUT": slowReadTO.String(),
-		"GATEWAY_HTTP_WRITE_TIMEOUT":       "10s",
+		"GATEWAY_HTTP_WRITE_TIMEOUT":       "20s",
 		"GATEWAY_HEARTBEAT":                "1s",
 		"GATEWAY_IDLE_TIMEOUT":             slowIdleTO.String(),
 		"GATEWAY_WRITE_TIMEOUT":            "2s",
