@@ -202,6 +202,12 @@ type Config struct {
 	// addresses) of the reverse proxies whose X-Forwarded-For is believed,
 	// default none: every client is its socket's address.
 	TrustedProxies []netip.Prefix
+	// ProxyProtocol: GATEWAY_PROXY_PROTOCOL, default false. True: every
+	// socket from GATEWAY_TRUSTED_PROXIES (which must be set) starts with
+	// a PROXY protocol header (HAProxy's, version 1 or 2), whose source
+	// address is the client's; one without it is answered 400 and
+	// closed. Other sockets' headers are not read.
+	ProxyProtocol bool
 	// ConnQueue: GATEWAY_CONN_QUEUE, frames queued per connection, default
 	// 512; a connection whose queue is full is closed (it syncs on reconnect).
 	ConnQueue int
@@ -291,6 +297,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		MaxConnsPerIP:          e.Int("GATEWAY_MAX_CONNS_PER_IP", 256, 0, 10_000_000),
 		MaxConnsPerUser:        e.Int("GATEWAY_MAX_CONNS_PER_USER", 64, 0, 10_000_000),
 		SocketSendBuffer:       e.Int("GATEWAY_SOCKET_SEND_BUFFER", 256<<10, 0, 64<<20),
+		ProxyProtocol:          e.Bool("GATEWAY_PROXY_PROTOCOL", false),
 		PresenceTTL:            e.Duration("GATEWAY_PRESENCE_TTL", 30*time.Second, 3*time.Second, time.Hour),
 		MemberCacheTTL:         e.Duration("GATEWAY_MEMBER_CACHE_TTL", time.Second, 0, time.Minute),
 		EditWindow:             e.Duration("GATEWAY_EDIT_WINDOW", 15*time.Minute, 0, 30*24*time.Hour),
@@ -363,6 +370,9 @@ func LoadConfig(e *config.Env) (Config, error) {
 		errs = append(errs, fmt.Errorf("GATEWAY_TRUSTED_PROXIES: %w", err))
 	}
 	c.TrustedProxies = proxies
+	if c.ProxyProtocol && len(c.TrustedProxies) == 0 {
+		errs = append(errs, errors.New("GATEWAY_PROXY_PROTOCOL needs GATEWAY_TRUSTED_PROXIES: the header is read only from them"))
+	}
 	if c.HTTPWriteTimeout <= c.HTTPReadTimeout+c.ProduceTimeout+c.AckWait {
 		errs = append(errs, fmt.Errorf("GATEWAY_HTTP_WRITE_TIMEOUT (%s) must exceed GATEWAY_HTTP_READ_TIMEOUT (%s) plus GATEWAY_PRODUCE_TIMEOUT (%s) plus GATEWAY_ACK_WAIT (%s): an HTTP command may take that long to answer",
 			c.HTTPWriteTimeout, c.HTTPReadTimeout, c.ProduceTimeout, c.AckWait))

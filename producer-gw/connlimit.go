@@ -34,7 +34,11 @@ type connLimits struct {
 	max, perIP, perUser int
 	sndbuf              int // SO_SNDBUF of accepted sockets; 0: the kernel's
 	trusted             []netip.Prefix
-	m                   *metrics
+	// proxyProto: trusted proxies' sockets start with a PROXY header
+	// (proxyproto.go), read within headerTimeout.
+	proxyProto    bool
+	headerTimeout time.Duration
+	m             *metrics
 	// refusing bounds the refused sockets being answered at once; past
 	// it a refused socket is closed without an answer.
 	refusing chan struct{}
@@ -56,6 +60,7 @@ const (
 
 func newConnLimits(cfg Config, m *metrics) *connLimits {
 	return &connLimits{max: cfg.MaxConns, perIP: cfg.MaxConnsPerIP, perUser: cfg.MaxConnsPerUser, sndbuf: cfg.SocketSendBuffer, trusted: cfg.TrustedProxies, m: m,
+		proxyProto: cfg.ProxyProtocol, headerTimeout: cfg.HTTPReadHeaderTimeout,
 		refusing: make(chan struct{}, maxRefusing), ips: map[netip.Addr]int{}, users: map[string]int{}}
 }
 
@@ -95,7 +100,11 @@ func (ll *limitListener) Accept() (net.Conn, error) {
 		if tc, ok := c.(*net.TCPConn); ok && ll.l.sndbuf > 0 {
 			_ = tc.SetWriteBuffer(ll.l.sndbuf)
 		}
-		return &limitedConn{Conn: c, l: ll.l, ip: ip, perIP: perIP}, nil
+		lc := &limitedConn{Conn: c, l: ll.l, ip: ip, perIP: perIP}
+		if ll.l.proxyProto && ip.IsValid() && !perIP {
+			return &proxyConn{limitedConn: lc, timeout: ll.l.headerTimeout}, nil
+		}
+		return lc, nil
 	}
 }
 
@@ -119,14 +128,31 @@ func (l *connLimits) admitSocket(ip netip.Addr, perIP bool) *apierr.Error {
 	return nil
 }
 
-func (l *connLimits) releaseSocket(ip netip.Addr, perIP bool) {
+func (l *connLimits) releaseSocket(c *limitedConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.total--
-	if perIP {
-		l.releaseIPLocked(ip)
+	if c.perIP {
+		l.releaseIPLocked(c.ip)
 	}
 	l.m.sockets.Dec()
+}
+
+// admitProxied counts c, a trusted proxy's socket, against the client
+// address its PROXY header names, or says why not.
+func (l *connLimits) admitProxied(c *limitedConn, ip netip.Addr) *apierr.Error {
+	if l.perIP <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ips[ip] >= l.perIP {
+		l.m.connRefusals.WithLabelValues("ip").Inc()
+		return apierr.Newf(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, "at most %d connections per client address", l.perIP)
+	}
+	l.ips[ip]++
+	c.ip, c.perIP = ip, true
+	return nil
 }
 
 func (l *connLimits) releaseIPLocked(ip netip.Addr) {
@@ -149,13 +175,8 @@ func (l *connLimits) refuse(c net.Conn, e *apierr.Error) {
 	go func() {
 		defer func() { <-l.refusing }()
 		defer c.Close()
-		b := e.Body()
-		body, _ := json.Marshal(wire.ErrorFrame{Op: wire.OpError,
-			Error: wire.ErrorBody{Code: b.Code, Name: b.Name, Message: b.Message, Retryable: b.Retryable}})
 		_ = c.SetDeadline(time.Now().Add(refuseLinger))
-		_, err := fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s\n",
-			e.HTTPStatus(), http.StatusText(e.HTTPStatus()), len(body)+1, body)
-		if err != nil {
+		if l.answer(c, e) != nil {
 			return
 		}
 		if cw, ok := c.(interface{ CloseWrite() error }); ok {
@@ -165,6 +186,17 @@ func (l *connLimits) refuse(c net.Conn, e *apierr.Error) {
 		// client could lose the answer.
 		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 	}()
+}
+
+// answer writes e as an HTTP response on c, before any request was read.
+func (l *connLimits) answer(c net.Conn, e *apierr.Error) error {
+	b := e.Body()
+	body, _ := json.Marshal(wire.ErrorFrame{Op: wire.OpError,
+		Error: wire.ErrorBody{Code: b.Code, Name: b.Name, Message: b.Message, Retryable: b.Retryable}})
+	_ = c.SetWriteDeadline(time.Now().Add(refuseLinger))
+	_, err := fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s\n",
+		e.HTTPStatus(), http.StatusText(e.HTTPStatus()), len(body)+1, body)
+	return err
 }
 
 // limitedConn is an accepted socket; its Close releases its count once.
@@ -178,7 +210,7 @@ type limitedConn struct {
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.releaseSocket(c.ip, c.perIP) })
+	c.once.Do(func() { c.l.releaseSocket(c) })
 	return err
 }
 

@@ -124,6 +124,54 @@ func TestConnCaps(t *testing.T) {
 		}
 	})
 
+	t.Run("proxy protocol", func(t *testing.T) {
+		gw := p.gateway(map[string]string{"GATEWAY_MAX_CONNS_PER_IP": "2", "GATEWAY_TRUSTED_PROXIES": "127.0.0.31",
+			"GATEWAY_PROXY_PROTOCOL": "true"})
+		proxy, other := net.IPv4(127, 0, 0, 31), net.IPv4(127, 0, 0, 32)
+		// The header goes before the request line: holdRequest's header
+		// argument follows it, so the test writes its own.
+		hold := func(src net.IP, head []byte, u string) string {
+			t.Helper()
+			c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: src}}).Dial("tcp", gw.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			_, _ = c.Write(head)
+			_, _ = io.WriteString(c, "POST /v1/send HTTP/1.1\r\nHost: gw\r\nContent-Length: 50\r\n"+bearer(u)+"\r\n{")
+			_ = c.SetReadDeadline(time.Now().Add(700 * time.Millisecond))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return ""
+			}
+			b, _ := io.ReadAll(resp.Body)
+			return fmt.Sprintf("%d %s", resp.StatusCode, b)
+		}
+		v1 := func(src string) []byte { return []byte("PROXY TCP4 " + src + " 127.0.0.1 40000 8080\r\n") }
+		v2 := func(src [4]byte) []byte {
+			b := append([]byte("\r\n\r\n\x00\r\nQUIT\n"), 0x21, 0x11, 0, 12)
+			return append(append(b, src[:]...), 127, 0, 0, 1, 0x9c, 0x40, 0x1f, 0x90)
+		}
+		if got := hold(proxy, v1("203.0.113.7"), user("x")); got != "" {
+			t.Fatalf("first through the proxy: %s, want held", got)
+		}
+		if got := hold(proxy, v2([4]byte{203, 0, 113, 7}), user("x")); got != "" {
+			t.Fatalf("second (v2): %s, want held", got)
+		}
+		refused(t, hold(proxy, v1("203.0.113.7"), user("x")), "per client address")
+		if got := hold(proxy, v1("203.0.113.8"), user("x")); got != "" {
+			t.Fatalf("another client through the proxy: %s, want held", got)
+		}
+		// A header from an untrusted socket is not read: bad HTTP.
+		if got := hold(other, v1("203.0.113.9"), user("x")); !strings.HasPrefix(got, "400 ") {
+			t.Fatalf("PROXY header from an untrusted socket: %q, want 400", got)
+		}
+		// A trusted proxy's socket without one is refused and closed.
+		if got := hold(proxy, nil, user("x")); !strings.HasPrefix(got, "400 ") {
+			t.Fatalf("trusted socket without a header: %q, want 400", got)
+		}
+	})
+
 	t.Run("per user", func(t *testing.T) {
 		gw := p.gateway(map[string]string{"GATEWAY_MAX_CONNS_PER_USER": "2"})
 		u := user("u")
@@ -364,6 +412,47 @@ func TestClientAddr(t *testing.T) {
 		got, proxied := l.clientAddr(r)
 		if got.String() != c.want || proxied != c.proxied {
 			t.Errorf("%s XFF %q: %s proxied %v, want %s %v", c.remote, c.xff, got, proxied, c.want, c.proxied)
+		}
+	}
+}
+
+// TestReadProxyHeader: the PROXY protocol headers read from a trusted
+// proxy, versions 1 and 2.
+func TestReadProxyHeader(t *testing.T) {
+	v2 := func(cmd, fam byte, body ...byte) string {
+		b := append([]byte("\r\n\r\n\x00\r\nQUIT\n"), cmd, fam, byte(len(body)>>8), byte(len(body)))
+		return string(append(b, body...))
+	}
+	six := append(append(netip.MustParseAddr("2001:db8::7").AsSlice(), make([]byte, 16)...), 0, 1, 0, 2)
+	for _, c := range []struct {
+		name, in, want, rest string
+		err                  bool
+	}{
+		{"v1 tcp4", "PROXY TCP4 203.0.113.7 10.0.0.1 5555 80\r\nGET", "203.0.113.7", "GET", false},
+		{"v1 tcp6", "PROXY TCP6 2001:db8::7 2001:db8::1 5555 80\r\nGET", "2001:db8::7", "GET", false},
+		{"v1 unknown", "PROXY UNKNOWN\r\nGET", "invalid IP", "GET", false},
+		{"v1 family mismatch", "PROXY TCP4 2001:db8::7 10.0.0.1 5555 80\r\n", "", "", true},
+		{"v1 bad port", "PROXY TCP4 203.0.113.7 10.0.0.1 99999 80\r\n", "", "", true},
+		{"v1 no CRLF", "PROXY TCP4 203.0.113.7 10.0.0.1 5555 80" + strings.Repeat(" ", 100), "", "", true},
+		{"none", "GET / HTTP/1.1\r\n\r\n", "", "", true},
+		{"v2 tcp4", v2(0x21, 0x11, 203, 0, 113, 7, 10, 0, 0, 1, 0, 1, 0, 2) + "GET", "203.0.113.7", "GET", false},
+		{"v2 tcp6 with a TLV", v2(0x21, 0x21, append(six, 0x04, 0, 1, 'x')...) + "GET", "2001:db8::7", "GET", false},
+		{"v2 local", v2(0x20, 0x00) + "GET", "invalid IP", "GET", false},
+		{"v2 cut short", v2(0x21, 0x11, 203, 0, 113), "", "", true},
+		{"v2 bad version", "\r\n\r\n\x00\r\nQUIT\n\x11\x11\x00\x00", "", "", true},
+	} {
+		br := bufio.NewReader(strings.NewReader(c.in))
+		a, err := readProxyHeader(br)
+		if (err != nil) != c.err {
+			t.Errorf("%s: err %v, want error %v", c.name, err, c.err)
+			continue
+		}
+		if c.err {
+			continue
+		}
+		rest, _ := io.ReadAll(br)
+		if a.String() != c.want || string(rest) != c.rest {
+			t.Errorf("%s: %s, rest %q; want %s, rest %q", c.name, a, rest, c.want, c.rest)
 		}
 	}
 }
