@@ -140,8 +140,8 @@ func (c *proxyConn) init() {
 		}
 		c.remote = &net.TCPAddr{IP: a.AsSlice()}
 		if e := c.l.admitProxied(c.limitedConn, a); e != nil {
-			c.l.answer(c.limitedConn.Conn, e)
-			c.err = e
+			_ = c.l.answer(c.limitedConn.Conn, e)
+			c.err = io.EOF // answered: net/http closes without a word of its own
 		}
 	})
 }
