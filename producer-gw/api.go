@@ -35,9 +35,14 @@ type api struct {
 	settings *settings
 	// recounter recounts a connection's unread after a read below its seed.
 	recounter *recounter
-	log       *slog.Logger
-	m         *metrics
-	now       func() time.Time
+	// conns counts users' connections and requests (connlimit.go); nil:
+	// no per-user cap.
+	conns *connLimits
+	// members says which membership answers are at hand (cost); nil: none.
+	members knownMembers
+	log     *slog.Logger
+	m       *metrics
+	now     func() time.Time
 }
 
 func newAPI(cfg Config, verifier *auth.Verifier, signer *auth.Signer, gate *gate, hub *hub, pw presenceWriter, limits *limiter,

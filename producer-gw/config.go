@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/seqflow/seqflow/internal/admin"
@@ -164,6 +166,65 @@ type Config struct {
 	// frames queued when its writer wakes, up to 64 KiB, go out in one
 	// write), default 10s.
 	WriteTimeout time.Duration
+	// HTTPReadHeaderTimeout: GATEWAY_HTTP_READ_HEADER_TIMEOUT, the bound on
+	// reading a request's headers (a WebSocket's handshake included),
+	// default 10s.
+	HTTPReadHeaderTimeout time.Duration
+	// HTTPReadTimeout: GATEWAY_HTTP_READ_TIMEOUT, the bound on reading a
+	// whole HTTP request, headers and body, default 20s: a body trickled
+	// slower is cut off with "timeout" and its connection closed, so a
+	// client holds a descriptor no longer than this. A WebSocket is free
+	// of it once upgraded (its own bounds are GATEWAY_IDLE_TIMEOUT and
+	// GATEWAY_WRITE_TIMEOUT).
+	HTTPReadTimeout time.Duration
+	// HTTPWriteTimeout: GATEWAY_HTTP_WRITE_TIMEOUT, the bound from the end
+	// of a request's headers to the end of its response, default 60s; it
+	// must exceed GATEWAY_HTTP_READ_TIMEOUT plus GATEWAY_PRODUCE_TIMEOUT
+	// plus GATEWAY_ACK_WAIT (32s by default), the longest an HTTP command
+	// takes to answer. A client that does not read its response is cut
+	// off then.
+	HTTPWriteTimeout time.Duration
+	// HTTPIdleTimeout: GATEWAY_HTTP_IDLE_TIMEOUT, how long a keep-alive
+	// connection may wait for its next request, default 60s.
+	HTTPIdleTimeout time.Duration
+	// MaxHeaderBytes: GATEWAY_MAX_HEADER_BYTES, the bound on a request's
+	// headers (and its request line), default 16384: a token is at most
+	// 4096 bytes.
+	MaxHeaderBytes int
+	// MaxConns: GATEWAY_MAX_CONNS, TCP connections the client port holds
+	// at once (HTTP and WebSocket, idle keep-alive ones included), default
+	// 20000; 0: no cap. One more is answered "rate_limited" and closed.
+	// Keep it below RLIMIT_NOFILE less what the gateway's other sockets
+	// need (Kafka, PostgreSQL, Redis, push streams).
+	MaxConns int
+	// MaxConnsPerIP: GATEWAY_MAX_CONNS_PER_IP, connections of one client
+	// address, default 256; 0: no cap. The address is the socket's, or,
+	// when the socket's is one of GATEWAY_TRUSTED_PROXIES, the one
+	// X-Forwarded-For names (connlimit.go). Raise it where many clients
+	// share an address (carrier-grade NAT).
+	MaxConnsPerIP int
+	// MaxConnsPerUser: GATEWAY_MAX_CONNS_PER_USER, WebSocket connections
+	// and HTTP requests in progress of one user (all devices) on this
+	// gateway, default 64; 0: no cap.
+	MaxConnsPerUser int
+	// SocketSendBuffer: GATEWAY_SOCKET_SEND_BUFFER, the kernel's send
+	// buffer of each client socket in bytes (SO_SNDBUF, which Linux
+	// doubles), default 262144; 0 leaves it to the kernel's autotuning,
+	// which lets it grow to net.ipv4.tcp_wmem's maximum (4 MiB by
+	// default) for a client that does not read. With it, such a client
+	// blocks the connection's writer early, and GATEWAY_WRITE_TIMEOUT or
+	// the full GATEWAY_CONN_QUEUE drops it.
+	SocketSendBuffer int
+	// TrustedProxies: GATEWAY_TRUSTED_PROXIES, comma-separated CIDRs (or
+	// addresses) of the reverse proxies whose X-Forwarded-For is believed,
+	// default none: every client is its socket's address.
+	TrustedProxies []netip.Prefix
+	// ProxyProtocol: GATEWAY_PROXY_PROTOCOL, default false. True: every
+	// socket from GATEWAY_TRUSTED_PROXIES (which must be set) starts with
+	// a PROXY protocol header (HAProxy's, version 1 or 2), whose source
+	// address is the client's; one without it is answered 400 and
+	// closed. Other sockets' headers are not read.
+	ProxyProtocol bool
 	// ConnQueue: GATEWAY_CONN_QUEUE, frames queued per connection, default
 	// 512; a connection whose queue is full is closed (it syncs on reconnect).
 	ConnQueue int
@@ -249,6 +310,16 @@ func LoadConfig(e *config.Env) (Config, error) {
 		IdleTimeout:            e.Duration("GATEWAY_IDLE_TIMEOUT", 60*time.Second, 300*time.Millisecond, time.Hour),
 		WriteTimeout:           e.Duration("GATEWAY_WRITE_TIMEOUT", 10*time.Second, 100*time.Millisecond, 5*time.Minute),
 		ConnQueue:              e.Int("GATEWAY_CONN_QUEUE", 512, 8, 1_000_000),
+		HTTPReadHeaderTimeout:  e.Duration("GATEWAY_HTTP_READ_HEADER_TIMEOUT", 10*time.Second, 100*time.Millisecond, 10*time.Minute),
+		HTTPReadTimeout:        e.Duration("GATEWAY_HTTP_READ_TIMEOUT", 20*time.Second, 100*time.Millisecond, 10*time.Minute),
+		HTTPWriteTimeout:       e.Duration("GATEWAY_HTTP_WRITE_TIMEOUT", time.Minute, 100*time.Millisecond, 30*time.Minute),
+		HTTPIdleTimeout:        e.Duration("GATEWAY_HTTP_IDLE_TIMEOUT", time.Minute, 100*time.Millisecond, time.Hour),
+		MaxHeaderBytes:         e.Int("GATEWAY_MAX_HEADER_BYTES", 16<<10, 4096+1024, 1<<20),
+		MaxConns:               e.Int("GATEWAY_MAX_CONNS", 20_000, 0, 10_000_000),
+		MaxConnsPerIP:          e.Int("GATEWAY_MAX_CONNS_PER_IP", 256, 0, 10_000_000),
+		MaxConnsPerUser:        e.Int("GATEWAY_MAX_CONNS_PER_USER", 64, 0, 10_000_000),
+		SocketSendBuffer:       e.Int("GATEWAY_SOCKET_SEND_BUFFER", 256<<10, 0, 64<<20),
+		ProxyProtocol:          e.Bool("GATEWAY_PROXY_PROTOCOL", false),
 		PresenceTTL:            e.Duration("GATEWAY_PRESENCE_TTL", 30*time.Second, 3*time.Second, time.Hour),
 		MemberCacheTTL:         e.Duration("GATEWAY_MEMBER_CACHE_TTL", time.Second, 0, time.Minute),
 		EditWindow:             e.Duration("GATEWAY_EDIT_WINDOW", 15*time.Minute, 0, 30*24*time.Hour),
@@ -331,6 +402,18 @@ func LoadConfig(e *config.Env) (Config, error) {
 			errs = append(errs, fmt.Errorf("SEQFLOW_KEK: %w", err))
 		}
 	}
+	proxies, err := parsePrefixes(e.List("GATEWAY_TRUSTED_PROXIES", nil))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("GATEWAY_TRUSTED_PROXIES: %w", err))
+	}
+	c.TrustedProxies = proxies
+	if c.ProxyProtocol && len(c.TrustedProxies) == 0 {
+		errs = append(errs, errors.New("GATEWAY_PROXY_PROTOCOL needs GATEWAY_TRUSTED_PROXIES: the header is read only from them"))
+	}
+	if c.HTTPWriteTimeout <= c.HTTPReadTimeout+c.ProduceTimeout+c.AckWait {
+		errs = append(errs, fmt.Errorf("GATEWAY_HTTP_WRITE_TIMEOUT (%s) must exceed GATEWAY_HTTP_READ_TIMEOUT (%s) plus GATEWAY_PRODUCE_TIMEOUT (%s) plus GATEWAY_ACK_WAIT (%s): an HTTP command may take that long to answer",
+			c.HTTPWriteTimeout, c.HTTPReadTimeout, c.ProduceTimeout, c.AckWait))
+	}
 	if c.IdleTimeout <= c.Heartbeat {
 		errs = append(errs, fmt.Errorf("GATEWAY_IDLE_TIMEOUT (%s) must exceed GATEWAY_HEARTBEAT (%s)", c.IdleTimeout, c.Heartbeat))
 	}
@@ -341,4 +424,29 @@ func LoadConfig(e *config.Env) (Config, error) {
 		return c, fmt.Errorf("producer-gw config: %w", err)
 	}
 	return c, nil
+}
+
+// parsePrefixes parses CIDRs; a bare address is a prefix of its own.
+func parsePrefixes(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range list {
+		v = strings.TrimSpace(v)
+		if !strings.Contains(v, "/") {
+			a, err := netip.ParseAddr(v)
+			if err != nil {
+				return nil, fmt.Errorf("%q: want a CIDR or an address", v)
+			}
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q: want a CIDR or an address", v)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -89,6 +90,17 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatalf("audience %q issuer %q", c.JWTAudience, c.JWTIssuer)
 			}
 		}},
+		{name: "trusted proxies", set: map[string]string{"GATEWAY_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.7,::1"}, check: func(t *testing.T, c Config) {
+			if fmt.Sprint(c.TrustedProxies) != "[10.0.0.0/8 192.0.2.7/32 ::1/128]" {
+				t.Fatalf("TrustedProxies = %v", c.TrustedProxies)
+			}
+		}},
+		{name: "bad trusted proxy", set: map[string]string{"GATEWAY_TRUSTED_PROXIES": "10.0.0.0/8,proxy.local"}, wantErr: "GATEWAY_TRUSTED_PROXIES"},
+		{name: "http write timeout not above read, produce and ack wait", set: map[string]string{"GATEWAY_HTTP_READ_TIMEOUT": "20s", "GATEWAY_PRODUCE_TIMEOUT": "10s", "GATEWAY_ACK_WAIT": "2s", "GATEWAY_HTTP_WRITE_TIMEOUT": "32s"}, wantErr: "GATEWAY_HTTP_WRITE_TIMEOUT"},
+		{name: "proxy protocol without trusted proxies", set: map[string]string{"GATEWAY_PROXY_PROTOCOL": "true"}, wantErr: "GATEWAY_PROXY_PROTOCOL"},
+		{name: "proxy protocol", set: map[string]string{"GATEWAY_PROXY_PROTOCOL": "true", "GATEWAY_TRUSTED_PROXIES": "10.0.0.0/8"}},
+		{name: "caps off", set: map[string]string{"GATEWAY_MAX_CONNS": "0", "GATEWAY_MAX_CONNS_PER_IP": "0", "GATEWAY_MAX_CONNS_PER_USER": "0"}},
+		{name: "negative cap", set: map[string]string{"GATEWAY_MAX_CONNS_PER_IP": "-1"}, wantErr: "GATEWAY_MAX_CONNS_PER_IP"},
 		{name: "every error at once", set: map[string]string{"GATEWAY_ACK_WAIT": "x", "GATEWAY_RATE_BURST": "-1"}, wantErr: "GATEWAY_RATE_BURST"},
 	}
 	for _, c := range cases {

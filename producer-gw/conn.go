@@ -137,6 +137,16 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 		a.httpError(w, "", ErrShuttingDown)
 		return
 	}
+	if a.conns != nil {
+		// Counted until this handler returns, which is when the
+		// connection is gone.
+		if aerr := a.conns.admitUser(r.Context(), p.UserID); aerr != nil {
+			a.m.connects.WithLabelValues("rate_limited").Inc()
+			w.Header().Set("Retry-After", "1")
+			a.httpError(w, "", aerr)
+			return
+		}
+	}
 	hj := &coalescingHijacker{ResponseWriter: w}
 	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{OriginPatterns: a.cfg.OriginPatterns})
 	if err != nil {
@@ -198,6 +208,14 @@ func (a *api) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	cancel()
 	a.m.closes.WithLabelValues(c.why).Inc()
+}
+
+// pushed reports whether an event of session was written to c.
+func (c *conn) pushed(session string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.lastSeq[session]
+	return ok
 }
 
 func (c *conn) touch() { c.lastSeen.Store(time.Now().UnixNano()) }
@@ -275,6 +293,12 @@ func (c *conn) readLoop() {
 // ACKs are awaited concurrently.
 func (c *conn) handle(f *wire.ClientFrame) {
 	a := c.api
+	// Every op is charged (api.cost), a cursor of a session this
+	// connection was pushed nothing of included.
+	if !a.limits.allowN(context.Background(), c.p, a.cost(c.p, f, c.pushed)) {
+		c.sendError(f.ReqID, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
+		return
+	}
 	switch {
 	case f.Op == wire.OpPing:
 		c.enqueueJSON(wire.OK{Op: wire.OpPong, ReqID: f.ReqID})
@@ -286,8 +310,8 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		}
 		return
 	case f.Op == wire.OpTyping:
-		// Its own per-device bound (typing.go), not the request rate:
-		// no Redis round trip per keystroke burst.
+		// Charged like any op, and bounded per device as well
+		// (signals.go): a typing indicator fans out to every member.
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		aerr := a.signals.post(ctx, c.p, f)
 		cancel()
@@ -296,9 +320,6 @@ func (c *conn) handle(f *wire.ClientFrame) {
 		} else if f.ReqID != "" {
 			c.enqueueJSON(wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
 		}
-		return
-	case !a.limits.allow(context.Background(), c.p):
-		c.sendError(f.ReqID, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
 		return
 	case f.Op == wire.OpChanges:
 		// Over WebSocket, changes also seeds the counts the pushes carry.

@@ -87,7 +87,9 @@ type Gateway struct {
 	settings *settings
 	// recounter recounts unread counts after reads (unread.go).
 	recounter *recounter
-	api       *api
+	// conns caps the client port's connections (connlimit.go).
+	conns *connLimits
+	api   *api
 }
 
 // New builds a gateway from a validated Config; it connects to nothing
@@ -198,9 +200,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	srv := &http.Server{Handler: g.api.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: g.conns.wrap(g.api.routes()), ReadHeaderTimeout: g.cfg.HTTPReadHeaderTimeout,
+		ReadTimeout: g.cfg.HTTPReadTimeout, WriteTimeout: g.cfg.HTTPWriteTimeout, IdleTimeout: g.cfg.HTTPIdleTimeout,
+		MaxHeaderBytes: g.cfg.MaxHeaderBytes, ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(g.conns.listener(ln)) }()
 
 	var runErr error
 	select {
@@ -317,6 +321,8 @@ func (g *Gateway) compose() {
 		g.hub, g.log, g.m, g.now)
 	g.hub.refreshed = g.devices.refresh
 	g.api = newAPI(g.cfg, g.verifier, g.signer, g.gate, g.hub, g.presence, g.limits, g.up, g.history, g.receipts, g.signals, g.devices, g.settings, g.recounter, g.log, g.m, g.now)
+	g.conns = newConnLimits(g.cfg, g.m)
+	g.api.conns, g.api.members = g.conns, g.members
 }
 
 func (g *Gateway) closeClients() {

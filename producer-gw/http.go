@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -55,8 +57,51 @@ func (a *api) principal(w http.ResponseWriter, r *http.Request) (auth.Principal,
 		a.httpError(w, "", aerr)
 		return p, false
 	}
+	if a.conns != nil {
+		if aerr := a.conns.admitUser(r.Context(), p.UserID); aerr != nil {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close") // see writeRefusal
+			a.httpError(w, "", aerr)
+			return p, false
+		}
+	}
 	a.devices.httpSeen(r.Context(), p)
 	return p, true
+}
+
+// knownMembers says whether a membership answer is at hand without asking
+// the store (membership.known).
+type knownMembers interface {
+	known(session, user string) bool
+}
+
+// cost is what f takes from its user's request rate: one, and for a
+// delivered frame one more per session of its cursors whose receipt would
+// cost the store a membership query: one the gateway holds no answer for
+// and, on a WebSocket, has pushed nothing of (pushed, nil over HTTP). A
+// client acknowledging what it received pays one per frame; one naming
+// sessions at random pays one per session. At most a burst (the user's,
+// and the device's when it has a limit): a frame never costs more than a
+// full bucket.
+func (a *api) cost(p auth.Principal, f *wire.ClientFrame, pushed func(session string) bool) int {
+	if f.Op != wire.OpDelivered || a.members == nil {
+		return 1
+	}
+	n := 1
+	seen := make(map[string]struct{}, len(f.Cursors))
+	for _, c := range f.Cursors {
+		if _, dup := seen[c.SessionID]; dup {
+			continue
+		}
+		seen[c.SessionID] = struct{}{}
+		if (pushed == nil || !pushed(c.SessionID)) && !a.members.known(c.SessionID, p.UserID) {
+			n++
+		}
+	}
+	if a.cfg.RatePerDevice > 0 {
+		n = min(n, a.cfg.RateDeviceBurst)
+	}
+	return min(n, a.cfg.RateBurst)
 }
 
 func (a *api) serveOp(w http.ResponseWriter, r *http.Request) {
@@ -69,19 +114,34 @@ func (a *api) serveOp(w http.ResponseWriter, r *http.Request) {
 		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_UNKNOWN_TYPE, "unknown op %q", op))
 		return
 	}
+	max := a.cfg.Limits.MaxFrameBytes
+	if r.ContentLength > int64(max) {
+		// Refused before a byte of it is read; the rest is not read either.
+		w.Header().Set("Connection", "close")
+		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "body of %d bytes is over %d bytes", r.ContentLength, max))
+		return
+	}
 	p, ok := a.principal(w, r)
 	if !ok {
 		return
 	}
 	a.m.frames.WithLabelValues(op, "http").Inc()
-	max := a.cfg.Limits.MaxFrameBytes
-	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
-	if err != nil {
-		a.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "read body: "+err.Error()))
-		return
-	}
-	if len(body) > max {
+	// MaxBytesReader stops reading at the cap and has net/http close the
+	// connection after the answer; GATEWAY_HTTP_READ_TIMEOUT (the
+	// server's ReadTimeout) cuts off a body that trickles in.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(max)))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
 		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_FRAME_TOO_LARGE, "body over %d bytes", max))
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		a.httpError(w, "", apierr.Newf(imv1.ErrorCode_ERROR_CODE_TIMEOUT, "body not received within %s (GATEWAY_HTTP_READ_TIMEOUT)", a.cfg.HTTPReadTimeout))
+		return
+	case err != nil:
+		w.Header().Set("Connection", "close")
+		a.httpError(w, "", apierr.New(imv1.ErrorCode_ERROR_CODE_BAD_FRAME, "read body: "+err.Error()))
 		return
 	}
 	f, aerr := wire.DecodeAs(body, op, a.cfg.Limits)
@@ -97,6 +157,12 @@ func (a *api) serveOp(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Principal, f *wire.ClientFrame) {
+	// Every op is charged, delivered and typing included (cost).
+	if !a.limits.allowN(r.Context(), p, a.cost(p, f, nil)) {
+		w.Header().Set("Retry-After", "1")
+		a.httpError(w, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
+		return
+	}
 	if f.Op == wire.OpDelivered {
 		// HTTP has no connection to batch on: one receipt per session now.
 		b := a.receipts.batch(p)
@@ -113,10 +179,6 @@ func (a *api) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Principa
 			return
 		}
 		writeJSON(w, http.StatusOK, wire.OK{Op: wire.OpResult, ReqID: f.ReqID})
-		return
-	}
-	if !a.limits.allow(r.Context(), p) {
-		a.httpError(w, f.ClientMsgID, apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, ""))
 		return
 	}
 	if f.Op == wire.OpSignOut {

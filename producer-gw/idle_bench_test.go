@@ -27,7 +27,7 @@ func BenchmarkIdle_Conns2k(b *testing.B) {
 		n = v
 	}
 	p := newPipelineNoProcs(b)
-	gw := p.gateway(nil)
+	gw := p.gateway(map[string]string{"GATEWAY_MAX_CONNS_PER_IP": "0", "GATEWAY_MAX_CONNS": "0"}) // all from 127.0.0.1
 	url := "ws://" + gw.addr + "/v1/ws"
 	for i := 0; i < b.N; i++ {
 		before := inUse()

@@ -104,16 +104,21 @@ func newLimiter(rdb redis.UniversalClient, cfg Config, log *slog.Logger, m *metr
 
 // allow takes one request from p's buckets and says whether it may go on.
 // It blocks on Redis for at most redisLimitTimeout.
-func (l *limiter) allow(ctx context.Context, p auth.Principal) bool {
-	if ok, err := l.allowRedis(ctx, p); err == nil {
+func (l *limiter) allow(ctx context.Context, p auth.Principal) bool { return l.allowN(ctx, p, 1) }
+
+// allowN is allow of a request that costs n tokens (api.cost): all of
+// them or none are taken from each bucket.
+func (l *limiter) allowN(ctx context.Context, p auth.Principal, n int) bool {
+	n = max(n, 1)
+	if ok, err := l.allowRedis(ctx, p, n); err == nil {
 		return ok
 	}
 	l.m.rateFallbacks.Inc()
 	now := l.now()
-	if l.devices != nil && !l.devices.allow(p.UserID+"/"+p.DeviceID, now) {
+	if l.devices != nil && !l.devices.allow(p.UserID+"/"+p.DeviceID, now, n) {
 		return false
 	}
-	return l.users.allow(p.UserID, now)
+	return l.users.allow(p.UserID, now, n)
 }
 
 // errRedisSkipped: Redis failed less than redisLimitCooldown ago.
@@ -121,14 +126,14 @@ type errRedisSkipped struct{}
 
 func (errRedisSkipped) Error() string { return "redis rate limiter cooling down after a failure" }
 
-func (l *limiter) allowRedis(ctx context.Context, p auth.Principal) (bool, error) {
+func (l *limiter) allowRedis(ctx context.Context, p auth.Principal, n int) (bool, error) {
 	if l.redis == nil {
 		return false, errRedisSkipped{}
 	}
 	now := l.now()
 	l.mu.Lock()
 	skip := now.Before(l.downUntil)
-	if !skip && l.leaseMax > 1 && l.spendLease(p.UserID, now) {
+	if !skip && l.leaseMax > 1 && l.spendLease(p.UserID, now, n) {
 		l.mu.Unlock()
 		return true, nil
 	}
@@ -143,13 +148,13 @@ func (l *limiter) allowRedis(ctx context.Context, p auth.Principal) (bool, error
 	var res *redis_rate.Result
 	var err error
 	if l.device.Rate > 0 {
-		res, err = l.redis.Allow(ctx, "seqflow:rate:d:"+p.UserID+"/"+p.DeviceID, l.device)
+		res, err = l.redis.AllowN(ctx, "seqflow:rate:d:"+p.UserID+"/"+p.DeviceID, l.device, n)
 	}
 	if err == nil && (res == nil || res.Allowed > 0) {
 		if l.leaseMax > 1 {
-			return l.lease(ctx, p.UserID, now)
+			return l.lease(ctx, p.UserID, now, n)
 		}
-		res, err = l.redis.Allow(ctx, "seqflow:rate:u:"+p.UserID, l.user)
+		res, err = l.redis.AllowN(ctx, "seqflow:rate:u:"+p.UserID, l.user, n)
 	}
 	if err != nil {
 		return false, l.redisFailed(err)
@@ -165,23 +170,25 @@ func (l *limiter) redisFailed(err error) error {
 	return err
 }
 
-// spendLease spends a token of user's lease, if it has one left; l.mu is
-// held.
-func (l *limiter) spendLease(user string, now time.Time) bool {
+// spendLease spends n tokens of user's lease, if it has them left; l.mu
+// is held.
+func (l *limiter) spendLease(user string, now time.Time, n int) bool {
 	ls, ok := l.leases[user]
-	if !ok || ls.left <= 0 || !now.Before(ls.expires) {
+	if !ok || ls.left < n || !now.Before(ls.expires) {
 		return false
 	}
-	ls.left--
+	ls.left -= n
 	l.leases[user] = ls
 	return true
 }
 
 // lease takes a new lease of user's bucket from Redis, sized by the last
-// (lease.next), and spends one of its tokens (ctx bounds the call).
-func (l *limiter) lease(ctx context.Context, user string, now time.Time) (bool, error) {
+// (lease.next) and at least n, and spends n of its tokens (ctx bounds the
+// call). A lease smaller than n (the bucket had fewer) refuses the
+// request and is kept for the next ones.
+func (l *limiter) lease(ctx context.Context, user string, now time.Time, n int) (bool, error) {
 	l.mu.Lock()
-	size := l.leases[user].next(now, l.leaseMax)
+	size := max(l.leases[user].next(now, l.leaseMax), n)
 	l.mu.Unlock()
 	// Two requests of a user may both miss and both lease; each spends its
 	// own tokens, so the bucket is still never overdrawn.
@@ -190,11 +197,16 @@ func (l *limiter) lease(ctx context.Context, user string, now time.Time) (bool, 
 		return false, l.redisFailed(err)
 	}
 	l.m.rateLeases.Inc()
-	if res.Allowed == 0 {
+	if res.Allowed < n {
+		if res.Allowed > 0 {
+			l.mu.Lock()
+			l.leases[user] = lease{size: res.Allowed, left: res.Allowed, expires: now.Add(leaseTTL)}
+			l.mu.Unlock()
+		}
 		return false, nil
 	}
 	l.mu.Lock()
-	l.leases[user] = lease{size: res.Allowed, left: res.Allowed - 1, expires: now.Add(leaseTTL)}
+	l.leases[user] = lease{size: res.Allowed, left: res.Allowed - n, expires: now.Add(leaseTTL)}
 	l.mu.Unlock()
 	return true, nil
 }
@@ -237,7 +249,7 @@ func newLimiters(perSecond, burst int, now func() time.Time) *limiters {
 	return &limiters{r: rate.Limit(perSecond), b: burst, now: now, m: map[string]*userLimiter{}}
 }
 
-func (l *limiters) allow(key string, now time.Time) bool {
+func (l *limiters) allow(key string, now time.Time, n int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	u := l.m[key]
@@ -246,7 +258,7 @@ func (l *limiters) allow(key string, now time.Time) bool {
 		l.m[key] = u
 	}
 	u.last = now
-	return u.lim.AllowN(now, 1)
+	return u.lim.AllowN(now, n)
 }
 
 // sweep forgets keys idle long enough for their bucket to be full again.

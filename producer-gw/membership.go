@@ -55,6 +55,18 @@ type seen struct {
 	at     time.Time
 }
 
+// Negative answers (not a current member) are kept longer, for IsMember
+// only: a client naming sessions it is not in (delivered cursors, sync)
+// costs the store one query per session and negativeTTL, not one per
+// frame. They never refuse a command (Standing does not read them), and
+// any membership event of their session seen here drops them.
+const (
+	negativeTTL = 30 * time.Second
+	// maxNegative bounds the negative answers kept; past it new ones are
+	// not kept until the sweep drops expired ones.
+	maxNegative = 100_000
+)
+
 // membership decides who may send to, sync and receive a session. The
 // authority is the message store (PostgreSQL), which lags the log by the
 // persister's batch time; two things narrow that gap:
@@ -75,17 +87,74 @@ type membership struct {
 	mu    sync.Mutex
 	cache map[mkey]cachedAnswer
 	local map[mkey]seen
+	// neg is the negative answers of IsMember, by session and user; nNeg
+	// counts them. events counts the membership events observed: an
+	// answer read across one is not kept.
+	neg    map[string]map[string]time.Time
+	nNeg   int
+	events uint64
 }
 
 func newMembership(s standingChecker, ttl, localTTL time.Duration) *membership {
 	return &membership{store: s, ttl: ttl, localTTL: localTTL, now: time.Now,
-		cache: map[mkey]cachedAnswer{}, local: map[mkey]seen{}}
+		cache: map[mkey]cachedAnswer{}, local: map[mkey]seen{}, neg: map[string]map[string]time.Time{}}
 }
 
 // IsMember reports whether user is a current member of session.
+// A negative answer is kept for negativeTTL (see there).
 func (m *membership) IsMember(ctx context.Context, session, user string) (bool, error) {
+	m.mu.Lock()
+	if at, ok := m.neg[session][user]; ok && m.now().Sub(at) < negativeTTL {
+		m.mu.Unlock()
+		return false, nil
+	}
+	events := m.events
+	m.mu.Unlock()
 	st, err := m.Standing(ctx, session, user)
+	if err == nil && st != store.CurrentMember {
+		m.keepNegative(session, user, events)
+	}
 	return st == store.CurrentMember, err
+}
+
+// keepNegative keeps the store's negative answer read when events
+// membership events had been observed, unless another came since. One
+// that came from an event seen here is that event's (localTTL).
+func (m *membership) keepNegative(session, user string, events uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.events != events || m.nNeg >= maxNegative {
+		return
+	}
+	if s, ok := m.local[mkey{session, user}]; ok && m.now().Sub(s.at) < m.localTTL {
+		return
+	}
+	users := m.neg[session]
+	if users == nil {
+		users = map[string]time.Time{}
+		m.neg[session] = users
+	}
+	if _, ok := users[user]; !ok {
+		m.nNeg++
+	}
+	users[user] = m.now()
+}
+
+// known reports whether an answer for user in session is at hand without
+// asking the store.
+func (m *membership) known(session, user string) bool {
+	k := mkey{session, user}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.local[k]; ok && now.Sub(s.at) < m.localTTL {
+		return true
+	}
+	if c, ok := m.cache[k]; ok && now.Sub(c.at) < m.ttl {
+		return true
+	}
+	at, ok := m.neg[session][user]
+	return ok && now.Sub(at) < negativeTTL
 }
 
 // Standing returns user's standing in session: a membership event seen
@@ -141,6 +210,9 @@ func (m *membership) observe(ev *imv1.SequencedEvent) {
 		member = p.Membership.GetOp() != imv1.MembershipChange_OP_REMOVE
 	case *imv1.SequencedEvent_Group:
 		if p.Group.GetJoin() == nil {
+			m.mu.Lock()
+			m.dropNegativeLocked(ev.SessionId)
+			m.mu.Unlock()
 			return
 		}
 		users = []string{ev.SenderUserId}
@@ -150,6 +222,7 @@ func (m *membership) observe(ev *imv1.SequencedEvent) {
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.dropNegativeLocked(ev.SessionId)
 	for _, u := range users {
 		k := mkey{ev.SessionId, u}
 		if s, ok := m.local[k]; ok && s.seq >= ev.Seq {
@@ -158,6 +231,13 @@ func (m *membership) observe(ev *imv1.SequencedEvent) {
 		m.local[k] = seen{member: member, seq: ev.Seq, at: now}
 		delete(m.cache, k)
 	}
+}
+
+// dropNegativeLocked drops the negative answers of session; m.mu is held.
+func (m *membership) dropNegativeLocked(session string) {
+	m.events++
+	m.nNeg -= len(m.neg[session])
+	delete(m.neg, session)
 }
 
 // sweep drops expired entries.
@@ -173,6 +253,17 @@ func (m *membership) sweep() {
 	for k, s := range m.local {
 		if now.Sub(s.at) >= m.localTTL {
 			delete(m.local, k)
+		}
+	}
+	for session, users := range m.neg {
+		for u, at := range users {
+			if now.Sub(at) >= negativeTTL {
+				delete(users, u)
+				m.nNeg--
+			}
+		}
+		if len(users) == 0 {
+			delete(m.neg, session)
 		}
 	}
 }

@@ -48,6 +48,11 @@ type metrics struct {
 	// cursorsBounded counts read and delivered cursors lowered to their
 	// session's last seq (receipts.bound).
 	cursorsBounded prometheus.Counter
+	// sockets is the client port's open TCP connections (connlimit.go).
+	sockets prometheus.Gauge
+	// connRefusals counts connections and requests refused by a
+	// connection cap, by cap: total, ip, user.
+	connRefusals *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -155,8 +160,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_bodies_sealed",
 			Help: "1 when message bodies are sealed before they enter Kafka (SEQFLOW_KEK), 0 when plaintext bodies were chosen (SEQFLOW_PLAINTEXT_BODIES=true).",
 		}),
+		sockets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqflow_gateway_client_sockets", Help: "Open TCP connections of the client port (HTTP and WebSocket).",
+		}),
+		connRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_conn_refusals_total", Help: "Connections and requests refused by a connection cap, by cap (total, ip, user).",
+		}, []string{"cap"}),
 	}
-	reg.MustRegister(m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
+	reg.MustRegister(m.sockets, m.connRefusals, m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
 		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.rateLeases, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
 		m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors, m.bodiesSealed, m.cursorsBounded)
 	return m

@@ -121,7 +121,7 @@ func newSignals(gatewayID string, members memberChecker, list memberLister, pr p
 // and returns an error for a non-member or a device over its rate; the
 // fan-out happens in Run.
 func (t *signals) post(ctx context.Context, p auth.Principal, f *wire.ClientFrame) *apierr.Error {
-	if !t.limits.allow(p.UserID+"/"+p.DeviceID, t.now()) {
+	if !t.limits.allow(p.UserID+"/"+p.DeviceID, t.now(), 1) {
 		t.m.signals.WithLabelValues("typing", "rate_limited").Inc()
 		return apierr.New(imv1.ErrorCode_ERROR_CODE_RATE_LIMITED, "typing indicators: at most 2 a second per device")
 	}

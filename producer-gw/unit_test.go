@@ -26,10 +26,14 @@ type fakeMembers struct {
 	members map[mkey]store.Standing
 	calls   int
 	err     error
+	block   func() // runs during each call, when set
 }
 
 func (f *fakeMembers) Standing(_ context.Context, s, u string) (store.Standing, error) {
 	f.calls++
+	if f.block != nil {
+		f.block()
+	}
 	return f.members[mkey{s, u}], f.err
 }
 
@@ -258,8 +262,8 @@ func TestSessionIDs(t *testing.T) {
 func TestLimiter(t *testing.T) {
 	l := newLimiters(1, 2, time.Now)
 	now := time.Unix(100, 0)
-	got := []bool{l.allow("u", now), l.allow("u", now), l.allow("u", now), l.allow("v", now), l.allow("u", now.Add(time.Second))}
-	want := []bool{true, true, false, true, true}
+	got := []bool{l.allow("u", now, 1), l.allow("u", now, 1), l.allow("u", now, 1), l.allow("v", now, 1), l.allow("u", now.Add(time.Second), 1), l.allow("w", now, 3)}
+	want := []bool{true, true, false, true, true, false}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("allow #%d = %v, want %v (all: %v)", i, got[i], want[i], got)

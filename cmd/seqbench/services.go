@@ -105,9 +105,12 @@ func (b *Bench) startServices(ctx context.Context, phase string, extra []string,
 		"persister": {"PERSISTER_GROUP=bench-per-" + id, "PERSISTER_INSTANCE_ID=bench-" + id, "PERSISTER_ADMIN_ADDR=" + b.adminAddr("persister")},
 		"pusher":    {"PUSHER_GROUP=bench-push-" + id, "PUSHER_INSTANCE_ID=bench-" + id, "PUSHER_ADMIN_ADDR=" + b.adminAddr("pusher")},
 		// The per-user rate limit (50/s by default) is raised so the
-		// as-fast-as-possible run measures the pipeline, not the limiter.
+		// as-fast-as-possible run measures the pipeline, not the limiter;
+		// the connection caps are off because every client dials from
+		// 127.0.0.1 (the idle phase holds 19,000 and more).
 		"producer-gw": {"GATEWAY_ID=bench-" + id, "GATEWAY_ADDR=" + b.gatewayAddr(), "GATEWAY_ADMIN_ADDR=" + b.adminAddr("producer-gw"),
-			"GATEWAY_JWT_HS256_SECRET=" + benchSecret, "GATEWAY_RATE_PER_USER=100000", "GATEWAY_RATE_BURST=100000"},
+			"GATEWAY_JWT_HS256_SECRET=" + benchSecret, "GATEWAY_RATE_PER_USER=100000", "GATEWAY_RATE_BURST=100000",
+			"GATEWAY_MAX_CONNS=0", "GATEWAY_MAX_CONNS_PER_IP=0"},
 	}
 	// Plaintext bodies, as every figure of docs/benchmarks.md was measured,
 	// unless SEQBENCH_SERVICE_ENV brings a KEK (docs/erasure.md, "Cost").
