@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/peerauth"
 )
 
 func baseEnv() map[string]string {
@@ -19,8 +20,12 @@ func baseEnv() map[string]string {
 		"SEQFLOW_REDIS_ADDR":       "127.0.0.1:16379",
 		"GATEWAY_JWT_HS256_SECRET": testSecret,
 		"GATEWAY_ID":               "gw-1",
+		"SEQFLOW_PEER_KEYS":        testPeerKeys,
 	}
 }
+
+// testPeerKeys is a peer key ring for tests without the stack.
+var testPeerKeys = peerauth.NewEntry("unit")
 
 func TestLoadConfig(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
@@ -73,6 +78,19 @@ func TestLoadConfig(t *testing.T) {
 		{name: "bad addr", set: map[string]string{"GATEWAY_ADDR": "8080"}, wantErr: "GATEWAY_ADDR"},
 		{name: "idle not above heartbeat", set: map[string]string{"GATEWAY_HEARTBEAT": "30s", "GATEWAY_IDLE_TIMEOUT": "20s"}, wantErr: "GATEWAY_IDLE_TIMEOUT"},
 		{name: "body leaves no room in frame", set: map[string]string{"GATEWAY_MAX_FRAME_BYTES": "8192", "GATEWAY_MAX_BODY_BYTES": "8000"}, wantErr: "GATEWAY_MAX_BODY_BYTES"},
+		{name: "no peer key ring", unset: []string{"SEQFLOW_PEER_KEYS"}, wantErr: "SEQFLOW_PEER_KEYS_FILE"},
+		{name: "bad peer key", set: map[string]string{"SEQFLOW_PEER_KEYS": "k:c2hvcnQ="}, wantErr: "SEQFLOW_PEER_KEYS"},
+		{name: "peer auth explicitly off", unset: []string{"SEQFLOW_PEER_KEYS"}, set: map[string]string{"SEQFLOW_PEER_AUTH": "insecure-none"}, check: func(t *testing.T, c Config) {
+			if !c.PeerKeys.IsInsecure() {
+				t.Fatal("insecure-none did not give the insecure ring")
+			}
+		}},
+		{name: "peer auth misspelt", set: map[string]string{"SEQFLOW_PEER_AUTH": "none"}, wantErr: "SEQFLOW_PEER_AUTH"},
+		{name: "push timeouts", set: map[string]string{"GATEWAY_PUSH_IDLE_TIMEOUT": "1s", "GATEWAY_PUSH_HANDSHAKE_TIMEOUT": "1s", "GATEWAY_PUSH_MAX_CONNS": "4"}, check: func(t *testing.T, c Config) {
+			if c.PushIdleTimeout != time.Second || c.PushHandshakeTimeout != time.Second || c.PushMaxConns != 4 {
+				t.Fatalf("push limits: %v %v %d", c.PushIdleTimeout, c.PushHandshakeTimeout, c.PushMaxConns)
+			}
+		}},
 		{name: "every error at once", set: map[string]string{"GATEWAY_ACK_WAIT": "x", "GATEWAY_RATE_BURST": "-1"}, wantErr: "GATEWAY_RATE_BURST"},
 	}
 	for _, c := range cases {

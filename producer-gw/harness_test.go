@@ -191,6 +191,9 @@ func (p *pipeline) env(over map[string]string) map[string]string {
 		"GATEWAY_ACK_WAIT":         "10s",
 		"GATEWAY_SHUTDOWN_TIMEOUT": "3s",
 	}
+	for k, v := range stack.PeerEnv(p.st) {
+		m[k] = v
+	}
 	for k, v := range over {
 		m[k] = v
 	}

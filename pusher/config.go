@@ -8,6 +8,7 @@ import (
 
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/peerauth"
 )
 
 // Config is the pusher's configuration, read from the environment.
@@ -50,6 +51,11 @@ type Config struct {
 	// address, Redis sharded pub/sub to the others), "tcp" or "redis"
 	// only. See README.md for the measurement behind the choice.
 	Transport string
+	// PeerKeys: the key ring the pusher proves itself to gateways with and
+	// demands of them, from SEQFLOW_PEER_KEYS_FILE or SEQFLOW_PEER_KEYS
+	// (internal/peerauth). Required: without it the pusher refuses to
+	// start, unless SEQFLOW_PEER_AUTH=insecure-none.
+	PeerKeys *peerauth.Keyring
 	// ResetOffset: PUSHER_RESET_OFFSET, where a group with no committed
 	// offset starts: "end" (the default: a new pusher does not push
 	// history) or "start" (tests on fresh topics).
@@ -154,10 +160,15 @@ func LoadConfig(e *config.Env) (Config, error) {
 		c.AdminAddr = ""
 	}
 	var bad error
+	if k, err := peerauth.Load(e.Lookup); err != nil {
+		bad = err
+	} else {
+		c.PeerKeys = k
+	}
 	switch c.Transport {
 	case "auto", "redis", "tcp":
 	default:
-		bad = fmt.Errorf("PUSHER_TRANSPORT=%q: want auto, tcp or redis", c.Transport)
+		bad = errors.Join(bad, fmt.Errorf("PUSHER_TRANSPORT=%q: want auto, tcp or redis", c.Transport))
 	}
 	if c.ResetOffset != "end" && c.ResetOffset != "start" {
 		bad = errors.Join(bad, fmt.Errorf("PUSHER_RESET_OFFSET=%q: want end or start", c.ResetOffset))
