@@ -129,25 +129,28 @@ func clientHandshake(rw io.ReadWriter, keys *peerauth.Keyring, gw string) (*fram
 		// going away: look the address up again.
 		return nil, fmt.Errorf("%w: read handshake answer: %v", ErrNoReceiver, err)
 	}
+	// A listener that fails the handshake is no receiver of gw (a
+	// ChainSender then tries pub/sub, which authenticates the gateway's
+	// subscription by other means) and an impostor (ErrPeerAuth).
 	if string(head[:4]) != streamMagic {
-		return nil, fmt.Errorf("%w: the listener is not a seqflow push receiver", ErrPeerAuth)
+		return nil, fmt.Errorf("%w: %w: the listener is not a seqflow push receiver", ErrNoReceiver, ErrPeerAuth)
 	}
 	switch head[4] {
 	case statusOK:
 	case statusWrongGW:
 		return nil, fmt.Errorf("%w: the listener is another gateway (a stale registry entry)", ErrNoReceiver)
 	case statusNoKey:
-		return nil, fmt.Errorf("%w: gateway %s does not hold key %q", ErrPeerAuth, gw, kid)
+		return nil, fmt.Errorf("%w: %w: gateway %s does not hold key %q", ErrNoReceiver, ErrPeerAuth, gw, kid)
 	default:
-		return nil, fmt.Errorf("%w: handshake status %q", ErrPeerAuth, head[4])
+		return nil, fmt.Errorf("%w: %w: handshake status %q", ErrNoReceiver, ErrPeerAuth, head[4])
 	}
 	var ans [nonceSize + MACSize]byte
 	if _, err := io.ReadFull(rw, ans[:]); err != nil {
-		return nil, fmt.Errorf("%w: read gateway proof: %v", ErrPeerAuth, err)
+		return nil, fmt.Errorf("%w: %w: read gateway proof: %v", ErrNoReceiver, ErrPeerAuth, err)
 	}
 	ng, proof := ans[:nonceSize], ans[nonceSize:]
 	if !peerauth.Equal(proof, handshakeMAC(key, "gateway", gw, kid, ns, ng)) {
-		return nil, fmt.Errorf("%w: the listener could not prove it is gateway %s holding key %q", ErrPeerAuth, gw, kid)
+		return nil, fmt.Errorf("%w: %w: the listener could not prove it is gateway %s holding key %q", ErrNoReceiver, ErrPeerAuth, gw, kid)
 	}
 	if _, err := rw.Write(handshakeMAC(key, "sender", gw, kid, ns, ng)); err != nil {
 		return nil, fmt.Errorf("send handshake proof: %w", err)

@@ -24,7 +24,9 @@ var (
 	// without a valid MAC of a key in the ring, a replay, a handshake that
 	// failed, a gateway that could not prove its key and identity, or a
 	// registry entry that is not signed. Receivers close the connection (or
-	// drop the message) and count it by reason; senders drop the batch.
+	// drop the message) and count it by reason. On a sender it comes with
+	// ErrNoReceiver: nothing is written to the impostor, and a ChainSender
+	// tries its next transport.
 	ErrPeerAuth = errors.New("peer authentication failed")
 	// errWrongGateway is the ErrBadBatch of a frame addressed to another
 	// gateway: on a stream it means the sender dialed a stale registry

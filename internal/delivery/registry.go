@@ -21,9 +21,9 @@ type Registry interface {
 	Register(ctx context.Context, gatewayID, addr string, ttl time.Duration) error
 	// Deregister removes gatewayID's entry if it still names addr.
 	Deregister(ctx context.Context, gatewayID, addr string) error
-	// Lookup returns gatewayID's address, ErrNoReceiver when there is
-	// none, or an error wrapping ErrPeerAuth when the entry is not signed
-	// by a key of the ring.
+	// Lookup returns gatewayID's address, or ErrNoReceiver when there is
+	// none; an entry not signed by a key of the ring is none as well, its
+	// error wrapping ErrPeerAuth too.
 	Lookup(ctx context.Context, gatewayID string) (string, error)
 }
 
@@ -65,19 +65,23 @@ func (r *RedisRegistry) signEntry(gatewayID, addr string, exp time.Time) string 
 }
 
 // verifyEntry returns the address of a registry value for gatewayID.
+//
+// An entry that does not verify is ErrNoReceiver as well as ErrPeerAuth:
+// a ChainSender then reaches the gateway over pub/sub, authenticated too,
+// so forging an entry cannot stop pushes either.
 func (r *RedisRegistry) verifyEntry(gatewayID, v string, now time.Time) (string, error) {
 	f := strings.Split(v, ";")
 	if len(f) != 5 || f[0] != "v1" {
-		return "", fmt.Errorf("%w: registry entry of gateway %s is not a signed entry", ErrPeerAuth, gatewayID)
+		return "", fmt.Errorf("%w: %w: registry entry of gateway %s is not a signed entry", ErrNoReceiver, ErrPeerAuth, gatewayID)
 	}
 	addr, e, kid, m := f[1], f[2], f[3], f[4]
 	key, ok := r.keys.Key(kid)
 	if !ok {
-		return "", fmt.Errorf("%w: registry entry of gateway %s is signed by key %q, not in the ring", ErrPeerAuth, gatewayID, kid)
+		return "", fmt.Errorf("%w: %w: registry entry of gateway %s is signed by key %q, not in the ring", ErrNoReceiver, ErrPeerAuth, gatewayID, kid)
 	}
 	mac, err := base64.RawStdEncoding.DecodeString(m)
 	if err != nil || !peerauth.Equal(mac, registryMAC(key, gatewayID, addr, e)) {
-		return "", fmt.Errorf("%w: registry entry of gateway %s has a bad signature", ErrPeerAuth, gatewayID)
+		return "", fmt.Errorf("%w: %w: registry entry of gateway %s has a bad signature", ErrNoReceiver, ErrPeerAuth, gatewayID)
 	}
 	exp, err := strconv.ParseInt(e, 10, 64)
 	if err != nil || now.UnixMilli() > exp {
