@@ -177,7 +177,7 @@ func Load(lookup func(string) (string, bool)) (*Keyring, error) {
 		v, _ := lookup(k)
 		return strings.TrimSpace(v)
 	}
-	mode := get(EnvAuth)
+	mode := get("SEQFLOW_PEER_AUTH") // literal names: infra/env_test.go finds what services read
 	switch mode {
 	case "", "hmac":
 	case InsecureNone:
@@ -185,7 +185,7 @@ func Load(lookup func(string) (string, bool)) (*Keyring, error) {
 	default:
 		return nil, fmt.Errorf("%s=%q: want hmac or %s", EnvAuth, mode, InsecureNone)
 	}
-	if path := get(EnvKeysFile); path != "" {
+	if path := get("SEQFLOW_PEER_KEYS_FILE"); path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("%s: read the peer key ring: %w", EnvKeysFile, err)
@@ -196,7 +196,7 @@ func Load(lookup func(string) (string, bool)) (*Keyring, error) {
 		}
 		return k, nil
 	}
-	if v := get(EnvKeys); v != "" {
+	if v := get("SEQFLOW_PEER_KEYS"); v != "" {
 		k, err := Parse(v)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvKeys, err)
