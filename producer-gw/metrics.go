@@ -30,14 +30,14 @@ type metrics struct {
 	unreadRecounts *prometheus.CounterVec
 	// keyErrors counts key-store calls that failed (not erased keys), by
 	// op: seal, open.
-	keyErrors   *prometheus.CounterVec
-	badBatches  prometheus.Counter
+	keyErrors  *prometheus.CounterVec
+	badBatches prometheus.Counter
 	// pushRejected: by transport and delivery.Reject* reason
 	pushRejected *prometheus.CounterVec
-	pushBatches *prometheus.CounterVec   // by transport
-	seqResults  *prometheus.CounterVec   // by source, matched
-	seqArrival  *prometheus.HistogramVec // by source
-	seqEarly    prometheus.Counter
+	pushBatches  *prometheus.CounterVec   // by transport
+	seqResults   *prometheus.CounterVec   // by source, matched
+	seqArrival   *prometheus.HistogramVec // by source
+	seqEarly     prometheus.Counter
 	// deviceSignals counts sign-outs and login-policy replacements, by
 	// signal (signout, replace) and outcome.
 	deviceSignals *prometheus.CounterVec

@@ -28,8 +28,8 @@ const (
 type fixedRegistry string
 
 func (r fixedRegistry) Register(context.Context, string, string, time.Duration) error { return nil }
-func (r fixedRegistry) Deregister(context.Context, string, string) error             { return nil }
-func (r fixedRegistry) Lookup(context.Context, string) (string, error)               { return string(r), nil }
+func (r fixedRegistry) Deregister(context.Context, string, string) error              { return nil }
+func (r fixedRegistry) Lookup(context.Context, string) (string, error)                { return string(r), nil }
 
 // tcpPeer is a TCP sender holding ring that dials addr for any gateway.
 func tcpPeer(t *testing.T, ring *peerauth.Keyring, addr string) delivery.Sender {

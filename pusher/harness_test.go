@@ -20,8 +20,8 @@ import (
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/eventlog"
-	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/peerauth"
+	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/testkit/stack"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )

@@ -371,10 +371,10 @@ func (r *TCPReceiver) Receive(ctx context.Context, gatewayID string, h Handler) 
 		r.opts.OnRegistered(addr)
 	}
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex // serializes h
-		cmu   sync.Mutex
-		conns = map[net.Conn]struct{}{}
+		wg      sync.WaitGroup
+		mu      sync.Mutex // serializes h
+		cmu     sync.Mutex
+		conns   = map[net.Conn]struct{}{}
 		shaking int // connections in their handshake, under cmu
 	)
 	rejected := func(c net.Conn, err error) {
