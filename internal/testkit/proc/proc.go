@@ -21,22 +21,31 @@ import (
 	"time"
 
 	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/peerauth"
 )
 
 // localPeerEnv is the local stack's peer key ring settings
 // (.data/local.env) that the environment does not set already, so the
 // services started here reach each other's push ports wherever they were
-// started from.
+// started from. A stack started before `up` made a ring has none; the
+// services of this process then share a ring made for it.
 func localPeerEnv() []string {
 	l := config.LoadLocal() // the environment's values win over the file's
+	set := map[string]string{"SEQFLOW_PEER_KEYS_FILE": l.PeerKeysFile, "SEQFLOW_PEER_KEYS": l.PeerKeys, "SEQFLOW_PEER_AUTH": l.PeerAuth}
 	var out []string
-	for k, v := range map[string]string{"SEQFLOW_PEER_KEYS_FILE": l.PeerKeysFile, "SEQFLOW_PEER_KEYS": l.PeerKeys, "SEQFLOW_PEER_AUTH": l.PeerAuth} {
+	for k, v := range set {
 		if v != "" && os.Getenv(k) == "" {
 			out = append(out, k+"="+v)
 		}
 	}
+	if l.PeerKeysFile == "" && l.PeerKeys == "" && l.PeerAuth == "" {
+		out = append(out, "SEQFLOW_PEER_KEYS="+processRing())
+	}
 	return out
 }
+
+// processRing is the ring of localPeerEnv when the stack has none.
+var processRing = sync.OnceValue(func() string { return peerauth.NewEntry("proc") })
 
 // Compile builds the main packages pkgs (e.g. "./sequencer", relative to
 // root) into dir and returns their binaries by package. SEQFLOW_PROC_RACE=1
