@@ -58,6 +58,11 @@ const (
 	statusNoKey   = 'U'
 )
 
+// errStaleAddress is the handshake's answer of a listener that is another
+// gateway: the registry entry predates it, and a fresh one may already be
+// there.
+var errStaleAddress = fmt.Errorf("%w: the listener is another gateway (a stale registry entry)", ErrNoReceiver)
+
 // DefaultHandshakeTimeout bounds a TCP handshake, on both sides.
 const DefaultHandshakeTimeout = 5 * time.Second
 
@@ -138,7 +143,7 @@ func clientHandshake(rw io.ReadWriter, keys *peerauth.Keyring, gw string) (*fram
 	switch head[4] {
 	case statusOK:
 	case statusWrongGW:
-		return nil, fmt.Errorf("%w: the listener is another gateway (a stale registry entry)", ErrNoReceiver)
+		return nil, errStaleAddress
 	case statusNoKey:
 		return nil, fmt.Errorf("%w: %w: gateway %s does not hold key %q", ErrNoReceiver, ErrPeerAuth, gw, kid)
 	default:

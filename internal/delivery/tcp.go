@@ -191,11 +191,11 @@ func (s *TCPSender) ensure(ctx context.Context, tc *tcpConn) error {
 		addr, err := s.reg.Lookup(ctx, tc.gw)
 		if err != nil {
 			tc.addr = ""
-			switch {
-			case errors.Is(err, ErrPeerAuth):
-				s.opts.Log.Warn("refusing a push registry entry", "gateway_id", tc.gw, "err", err)
-			case errors.Is(err, ErrNoReceiver):
+			if errors.Is(err, ErrNoReceiver) {
 				tc.noneUntil = time.Now().Add(s.opts.AddrTTL / 4)
+			}
+			if errors.Is(err, ErrPeerAuth) {
+				s.opts.Log.Warn("refusing a push registry entry", "gateway_id", tc.gw, "err", err)
 			}
 			return err
 		}
@@ -223,7 +223,14 @@ func (s *TCPSender) ensure(ctx context.Context, tc *tcpConn) error {
 	stop()
 	if err != nil {
 		_ = c.Close()
+		// Look the gateway up again: at once after a stale entry, else not
+		// before a quarter of AddrTTL, or a listener that fails the
+		// handshake (or never answers it) would cost every batch a dial
+		// and a wait before the fallback.
 		tc.addr = ""
+		if !errors.Is(err, errStaleAddress) {
+			tc.noneUntil = time.Now().Add(s.opts.AddrTTL / 4)
+		}
 		if errors.Is(err, ErrPeerAuth) {
 			s.opts.Log.Warn("refusing to push to a listener that failed the handshake", "gateway_id", tc.gw, "err", err)
 		}
