@@ -277,7 +277,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 	devPriv := e.String("GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY", "")
 	// Report every problem at once: the env's and the checks below.
 	errs := []error{e.Err()}
-	if k, err := peerauth.Load(e.Lookup); err != nil {
+	if k, err := peerSettings(e).Ring(); err != nil {
 		errs = append(errs, err)
 	} else {
 		c.PeerKeys = k
@@ -331,4 +331,14 @@ func LoadConfig(e *config.Env) (Config, error) {
 		return c, fmt.Errorf("producer-gw config: %w", err)
 	}
 	return c, nil
+}
+
+// peerSettings reads the push transport's key ring settings
+// (internal/peerauth).
+func peerSettings(e *config.Env) peerauth.Settings {
+	return peerauth.Settings{
+		Auth:     e.Optional("SEQFLOW_PEER_AUTH", ""),
+		KeysFile: e.Optional("SEQFLOW_PEER_KEYS_FILE", ""),
+		Keys:     e.Optional("SEQFLOW_PEER_KEYS", ""),
+	}
 }

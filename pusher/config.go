@@ -160,7 +160,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		c.AdminAddr = ""
 	}
 	var bad error
-	if k, err := peerauth.Load(e.Lookup); err != nil {
+	if k, err := peerSettings(e).Ring(); err != nil {
 		bad = err
 	} else {
 		c.PeerKeys = k
@@ -177,4 +177,14 @@ func LoadConfig(e *config.Env) (Config, error) {
 		return c, fmt.Errorf("pusher config: %w", err)
 	}
 	return c, nil
+}
+
+// peerSettings reads the push transport's key ring settings
+// (internal/peerauth).
+func peerSettings(e *config.Env) peerauth.Settings {
+	return peerauth.Settings{
+		Auth:     e.Optional("SEQFLOW_PEER_AUTH", ""),
+		KeysFile: e.Optional("SEQFLOW_PEER_KEYS_FILE", ""),
+		Keys:     e.Optional("SEQFLOW_PEER_KEYS", ""),
+	}
 }

@@ -148,8 +148,13 @@ func LoadConfig(e *config.Env) (Config, error) {
 		e.Required("SEQFLOW_KAFKA_BROKERS")
 	}
 	eventlog.CheckCompression(e)
+	peer := peerauth.Settings{
+		Auth:     e.Optional("SEQFLOW_PEER_AUTH", ""),
+		KeysFile: e.Optional("SEQFLOW_PEER_KEYS_FILE", ""),
+		Keys:     e.Optional("SEQFLOW_PEER_KEYS", ""),
+	}
 	if c.DirectAck && len(c.RedisAddrs) > 0 {
-		k, err := peerauth.Load(e.Lookup)
+		k, err := peer.Ring()
 		if err != nil {
 			return c, fmt.Errorf("sequencer config: %w", errors.Join(e.Err(), fmt.Errorf("direct ACKs (SEQFLOW_REDIS_ADDR set, SEQUENCER_DIRECT_ACK=true): %w", err)))
 		}

@@ -168,16 +168,25 @@ func MAC(key []byte, parts ...[]byte) []byte {
 // Equal compares two MACs in constant time.
 func Equal(a, b []byte) bool { return hmac.Equal(a, b) }
 
-// Load reads the peer authentication settings through lookup
-// (os.LookupEnv in services): EnvKeysFile, else EnvKeys, else, when EnvAuth
-// is InsecureNone, the Insecure ring; with none of them it returns
-// ErrNoKeys, so a service without a key refuses to start.
+// Settings are the peer authentication variables as a service's Config
+// reads them: Auth (EnvAuth), KeysFile (EnvKeysFile), Keys (EnvKeys).
+type Settings struct{ Auth, KeysFile, Keys string }
+
+// Load reads the settings through lookup (the test kit's services'
+// environment); see Settings.Ring.
 func Load(lookup func(string) (string, bool)) (*Keyring, error) {
 	get := func(k string) string {
 		v, _ := lookup(k)
-		return strings.TrimSpace(v)
+		return v
 	}
-	mode := get("SEQFLOW_PEER_AUTH") // literal names: infra/env_test.go finds what services read
+	return Settings{Auth: get(EnvAuth), KeysFile: get(EnvKeysFile), Keys: get(EnvKeys)}.Ring()
+}
+
+// Ring returns the ring the settings name: the file KeysFile, else Keys,
+// else, when Auth is InsecureNone, the Insecure ring; with none of them it
+// returns ErrNoKeys, so a service without a key refuses to start.
+func (s Settings) Ring() (*Keyring, error) {
+	mode := strings.TrimSpace(s.Auth)
 	switch mode {
 	case "", "hmac":
 	case InsecureNone:
@@ -185,7 +194,7 @@ func Load(lookup func(string) (string, bool)) (*Keyring, error) {
 	default:
 		return nil, fmt.Errorf("%s=%q: want hmac or %s", EnvAuth, mode, InsecureNone)
 	}
-	if path := get("SEQFLOW_PEER_KEYS_FILE"); path != "" {
+	if path := strings.TrimSpace(s.KeysFile); path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("%s: read the peer key ring: %w", EnvKeysFile, err)
@@ -196,7 +205,7 @@ func Load(lookup func(string) (string, bool)) (*Keyring, error) {
 		}
 		return k, nil
 	}
-	if v := get("SEQFLOW_PEER_KEYS"); v != "" {
+	if v := strings.TrimSpace(s.Keys); v != "" {
 		k, err := Parse(v)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvKeys, err)
