@@ -13,8 +13,10 @@ import (
 	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/auth"
 	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/keystore"
+	"github.com/seqflow/seqflow/internal/peerauth"
 	"github.com/seqflow/seqflow/internal/wire"
 )
 
@@ -71,6 +73,23 @@ type Config struct {
 	// the pushers when it differs from the listener's (another host, NAT),
 	// default the listener's address.
 	PushAdvertise string
+	// PeerKeys: the key ring every batch on the push path (stream, pub/sub,
+	// registry entry) must be authenticated with, from
+	// SEQFLOW_PEER_KEYS_FILE or SEQFLOW_PEER_KEYS (internal/peerauth).
+	// Required: without it the gateway refuses to start, unless
+	// SEQFLOW_PEER_AUTH=insecure-none, which it then logs and exports as
+	// seqflow_peer_auth_insecure 1.
+	PeerKeys *peerauth.Keyring
+	// PushHandshakeTimeout: GATEWAY_PUSH_HANDSHAKE_TIMEOUT, default 5s: a
+	// push connection that has not authenticated by then is closed.
+	PushHandshakeTimeout time.Duration
+	// PushIdleTimeout: GATEWAY_PUSH_IDLE_TIMEOUT, default 2m: a push
+	// connection that brings no complete frame for this long is closed.
+	PushIdleTimeout time.Duration
+	// PushMaxConns: GATEWAY_PUSH_MAX_CONNS, default 256: push connections
+	// held at once (a pusher, sequencer or gateway process holds one per
+	// gateway); at most 32 of them still in their handshake.
+	PushMaxConns int
 	// OriginPatterns: GATEWAY_ORIGIN_PATTERNS, comma-separated host
 	// patterns browsers may connect from besides the gateway's own host,
 	// default none. Clients that send no Origin (curl, Node) are unaffected.
@@ -291,6 +310,9 @@ func LoadConfig(e *config.Env) (Config, error) {
 		OriginPatterns:         e.List("GATEWAY_ORIGIN_PATTERNS", nil),
 		PushAddr:               e.String("GATEWAY_PUSH_ADDR", "127.0.0.1:0"),
 		PushAdvertise:          e.String("GATEWAY_PUSH_ADVERTISE", ""),
+		PushHandshakeTimeout:   e.Duration("GATEWAY_PUSH_HANDSHAKE_TIMEOUT", delivery.DefaultHandshakeTimeout, 100*time.Millisecond, time.Minute),
+		PushIdleTimeout:        e.Duration("GATEWAY_PUSH_IDLE_TIMEOUT", 2*time.Minute, 100*time.Millisecond, time.Hour),
+		PushMaxConns:           e.Int("GATEWAY_PUSH_MAX_CONNS", 256, 1, 100_000),
 		AdminAddr:              e.Optional("GATEWAY_ADMIN_ADDR", "127.0.0.1:9103"),
 		Admin:                  admin.LoadConfig(e),
 		OTLPEndpoint:           e.Optional("SEQFLOW_OTLP_ENDPOINT", ""),
@@ -348,6 +370,11 @@ func LoadConfig(e *config.Env) (Config, error) {
 	devPriv := e.String("GATEWAY_DEV_JWT_ED25519_PRIVATE_KEY", "")
 	// Report every problem at once: the env's and the checks below.
 	errs := []error{e.Err()}
+	if k, err := peerSettings(e).Ring(); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.PeerKeys = k
+	}
 	switch {
 	case secret != "" && pub != "":
 		errs = append(errs, errors.New("set one of GATEWAY_JWT_HS256_SECRET and GATEWAY_JWT_ED25519_PUBLIC_KEY, not both"))
@@ -449,4 +476,14 @@ func parsePrefixes(list []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// peerSettings reads the push transport's key ring settings
+// (internal/peerauth).
+func peerSettings(e *config.Env) peerauth.Settings {
+	return peerauth.Settings{
+		Auth:     e.Optional("SEQFLOW_PEER_AUTH", ""),
+		KeysFile: e.Optional("SEQFLOW_PEER_KEYS_FILE", ""),
+		Keys:     e.Optional("SEQFLOW_PEER_KEYS", ""),
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/peerauth"
 )
 
 func baseEnv() map[string]string {
@@ -21,8 +22,12 @@ func baseEnv() map[string]string {
 		"GATEWAY_JWT_HS256_SECRET": testSecret,
 		"GATEWAY_ID":               "gw-1",
 		"SEQFLOW_PLAINTEXT_BODIES": "true",
+		"SEQFLOW_PEER_KEYS":        testPeerKeys,
 	}
 }
+
+// testPeerKeys is a peer key ring for tests without the stack.
+var testPeerKeys = peerauth.NewEntry("unit")
 
 func TestLoadConfig(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
@@ -101,6 +106,19 @@ func TestLoadConfig(t *testing.T) {
 		{name: "proxy protocol", set: map[string]string{"GATEWAY_PROXY_PROTOCOL": "true", "GATEWAY_TRUSTED_PROXIES": "10.0.0.0/8"}},
 		{name: "caps off", set: map[string]string{"GATEWAY_MAX_CONNS": "0", "GATEWAY_MAX_CONNS_PER_IP": "0", "GATEWAY_MAX_CONNS_PER_USER": "0"}},
 		{name: "negative cap", set: map[string]string{"GATEWAY_MAX_CONNS_PER_IP": "-1"}, wantErr: "GATEWAY_MAX_CONNS_PER_IP"},
+		{name: "no peer key ring", unset: []string{"SEQFLOW_PEER_KEYS"}, wantErr: "SEQFLOW_PEER_KEYS_FILE"},
+		{name: "bad peer key", set: map[string]string{"SEQFLOW_PEER_KEYS": "k:c2hvcnQ="}, wantErr: "SEQFLOW_PEER_KEYS"},
+		{name: "peer auth explicitly off", unset: []string{"SEQFLOW_PEER_KEYS"}, set: map[string]string{"SEQFLOW_PEER_AUTH": "insecure-none"}, check: func(t *testing.T, c Config) {
+			if !c.PeerKeys.IsInsecure() {
+				t.Fatal("insecure-none did not give the insecure ring")
+			}
+		}},
+		{name: "peer auth misspelt", set: map[string]string{"SEQFLOW_PEER_AUTH": "none"}, wantErr: "SEQFLOW_PEER_AUTH"},
+		{name: "push timeouts", set: map[string]string{"GATEWAY_PUSH_IDLE_TIMEOUT": "1s", "GATEWAY_PUSH_HANDSHAKE_TIMEOUT": "1s", "GATEWAY_PUSH_MAX_CONNS": "4"}, check: func(t *testing.T, c Config) {
+			if c.PushIdleTimeout != time.Second || c.PushHandshakeTimeout != time.Second || c.PushMaxConns != 4 {
+				t.Fatalf("push limits: %v %v %d", c.PushIdleTimeout, c.PushHandshakeTimeout, c.PushMaxConns)
+			}
+		}},
 		{name: "every error at once", set: map[string]string{"GATEWAY_ACK_WAIT": "x", "GATEWAY_RATE_BURST": "-1"}, wantErr: "GATEWAY_RATE_BURST"},
 	}
 	for _, c := range cases {

@@ -263,14 +263,18 @@ func pushReceivers(cfg Config, rdb redis.UniversalClient, log *slog.Logger, m *m
 		}
 	}
 	var once sync.Once
-	rs := []delivery.Receiver{countingReceiver{delivery.NewRedisReceiver(rdb, delivery.RedisReceiverOptions{
-		Log: log, OnBadBatch: func(error) { m.badBatches.Inc() },
+	rejected := func(transport string) delivery.RejectFunc {
+		return func(reason string, _ error) { m.pushRejected.WithLabelValues(transport, reason).Inc() }
+	}
+	rs := []delivery.Receiver{countingReceiver{delivery.NewRedisReceiver(rdb, cfg.PeerKeys, delivery.RedisReceiverOptions{
+		Log: log, OnBadBatch: func(error) { m.badBatches.Inc() }, OnRejected: rejected("redis"),
 		OnSubscribed: func() { once.Do(up) },
 	}), m.pushBatches.WithLabelValues("redis")}}
 	if cfg.PushAddr != "off" {
-		rs = append(rs, countingReceiver{delivery.NewTCPReceiver(delivery.NewRedisRegistry(rdb), delivery.TCPReceiverOptions{
+		rs = append(rs, countingReceiver{delivery.NewTCPReceiver(delivery.NewRedisRegistry(rdb, cfg.PeerKeys), cfg.PeerKeys, delivery.TCPReceiverOptions{
 			ListenAddr: cfg.PushAddr, AdvertiseAddr: cfg.PushAdvertise, Log: log,
-			OnBadBatch: func(error) { m.badBatches.Inc() },
+			HandshakeTimeout: cfg.PushHandshakeTimeout, IdleTimeout: cfg.PushIdleTimeout, MaxConns: cfg.PushMaxConns,
+			OnBadBatch: func(error) { m.badBatches.Inc() }, OnRejected: rejected("tcp"),
 			OnRegistered: func(addr string) {
 				log.Info("push stream listening", "addr", addr)
 				up()

@@ -24,6 +24,7 @@ import (
 	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/keystore"
+	"github.com/seqflow/seqflow/internal/peerauth"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/store"
 	"github.com/seqflow/seqflow/internal/telemetry"
@@ -101,6 +102,10 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 	if !cfg.PlaintextBodies {
 		g.m.bodiesSealed.Set(1)
 	}
+	if cfg.PeerKeys == nil {
+		return nil, fmt.Errorf("producer-gw: %w", peerauth.ErrNoKeys)
+	}
+	peerauth.Report(cfg.PeerKeys, log, g.reg)
 	var err error
 	switch {
 	case cfg.HS256Secret != nil:
@@ -290,8 +295,8 @@ func (g *Gateway) connect(ctx context.Context) error {
 	}
 	if g.sender == nil {
 		g.sender = delivery.NewChainSender(
-			delivery.NewTCPSender(delivery.NewRedisRegistry(g.rdb), delivery.TCPSenderOptions{Log: g.log}),
-			delivery.NewRedisSender(g.rdb, delivery.RedisSenderOptions{}))
+			delivery.NewTCPSender(delivery.NewRedisRegistry(g.rdb, g.cfg.PeerKeys), g.cfg.PeerKeys, delivery.TCPSenderOptions{Log: g.log}),
+			delivery.NewRedisSender(g.rdb, g.cfg.PeerKeys, delivery.RedisSenderOptions{}))
 	}
 	return nil
 }

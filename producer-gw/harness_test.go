@@ -199,6 +199,9 @@ func (p *pipeline) env(over map[string]string) map[string]string {
 	if over["SEQFLOW_KEK"] == "" {
 		m["SEQFLOW_PLAINTEXT_BODIES"] = "true"
 	}
+	for k, v := range stack.PeerEnv(p.st) {
+		m[k] = v
+	}
 	for k, v := range over {
 		m[k] = v
 	}

@@ -30,12 +30,14 @@ type metrics struct {
 	unreadRecounts *prometheus.CounterVec
 	// keyErrors counts key-store calls that failed (not erased keys), by
 	// op: seal, open.
-	keyErrors   *prometheus.CounterVec
-	badBatches  prometheus.Counter
-	pushBatches *prometheus.CounterVec   // by transport
-	seqResults  *prometheus.CounterVec   // by source, matched
-	seqArrival  *prometheus.HistogramVec // by source
-	seqEarly    prometheus.Counter
+	keyErrors  *prometheus.CounterVec
+	badBatches prometheus.Counter
+	// pushRejected: by transport and delivery.Reject* reason
+	pushRejected *prometheus.CounterVec
+	pushBatches  *prometheus.CounterVec   // by transport
+	seqResults   *prometheus.CounterVec   // by source, matched
+	seqArrival   *prometheus.HistogramVec // by source
+	seqEarly     prometheus.Counter
 	// deviceSignals counts sign-outs and login-policy replacements, by
 	// signal (signout, replace) and outcome.
 	deviceSignals *prometheus.CounterVec
@@ -144,6 +146,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		badBatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqflow_gateway_bad_push_batches_total", Help: "Push frames that failed to decode.",
 		}),
+		pushRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_push_rejected_total",
+			Help: "Push connections and messages refused by the peer authentication, by transport (tcp, redis) and reason: conn_limit, handshake, unknown_key, wrong_gateway, bad_mac, stale, replay, idle, oversize. A refused TCP connection is closed; nothing it carried is applied.",
+		}, []string{"transport", "reason"}),
 		deviceSignals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqflow_gateway_device_signals_total",
 			Help: "Device signals, by signal (signout, replace) and outcome: announced, announce_error, heard, closed (a connection of this gateway closed by it), bad.",
@@ -169,6 +175,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.sockets, m.connRefusals, m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
 		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.rateLeases, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
-		m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors, m.bodiesSealed, m.cursorsBounded)
+		m.pushRejected, m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors, m.bodiesSealed, m.cursorsBounded)
 	return m
 }

@@ -89,7 +89,7 @@ func TestProtocol(t *testing.T) {
 			if got := testutil.ToFloat64(m.WithLabelValues(tc.wantNone)) - beforeNone; got != 0 {
 				t.Fatalf("gateway %s: %v batches over %s, want none", tc.gw.g.cfg.GatewayID, got, tc.wantNone)
 			}
-			addr, err := delivery.NewRedisRegistry(tc.gw.g.rdb).Lookup(context.Background(), tc.gw.g.cfg.GatewayID)
+			addr, err := delivery.NewRedisRegistry(tc.gw.g.rdb, tc.gw.g.cfg.PeerKeys).Lookup(context.Background(), tc.gw.g.cfg.GatewayID)
 			if tc.registered && (err != nil || addr == "") {
 				t.Fatalf("gateway %s: registry lookup = %q, %v; want its stream address", tc.gw.g.cfg.GatewayID, addr, err)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/seqflow/seqflow/internal/admin"
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/peerauth"
 )
 
 // Config is the pusher's configuration, read from the environment.
@@ -54,6 +55,11 @@ type Config struct {
 	// address, Redis sharded pub/sub to the others), "tcp" or "redis"
 	// only. See README.md for the measurement behind the choice.
 	Transport string
+	// PeerKeys: the key ring the pusher proves itself to gateways with and
+	// demands of them, from SEQFLOW_PEER_KEYS_FILE or SEQFLOW_PEER_KEYS
+	// (internal/peerauth). Required: without it the pusher refuses to
+	// start, unless SEQFLOW_PEER_AUTH=insecure-none.
+	PeerKeys *peerauth.Keyring
 	// ResetOffset: PUSHER_RESET_OFFSET, where a group with no committed
 	// offset starts: "end" (the default: a new pusher does not push
 	// history) or "start" (tests on fresh topics).
@@ -159,10 +165,15 @@ func LoadConfig(e *config.Env) (Config, error) {
 		c.AdminAddr = ""
 	}
 	var bad error
+	if k, err := peerSettings(e).Ring(); err != nil {
+		bad = err
+	} else {
+		c.PeerKeys = k
+	}
 	switch c.Transport {
 	case "auto", "redis", "tcp":
 	default:
-		bad = fmt.Errorf("PUSHER_TRANSPORT=%q: want auto, tcp or redis", c.Transport)
+		bad = errors.Join(bad, fmt.Errorf("PUSHER_TRANSPORT=%q: want auto, tcp or redis", c.Transport))
 	}
 	if c.ResetOffset != "end" && c.ResetOffset != "start" {
 		bad = errors.Join(bad, fmt.Errorf("PUSHER_RESET_OFFSET=%q: want end or start", c.ResetOffset))
@@ -171,4 +182,14 @@ func LoadConfig(e *config.Env) (Config, error) {
 		return c, fmt.Errorf("pusher config: %w", err)
 	}
 	return c, nil
+}
+
+// peerSettings reads the push transport's key ring settings
+// (internal/peerauth).
+func peerSettings(e *config.Env) peerauth.Settings {
+	return peerauth.Settings{
+		Auth:     e.Optional("SEQFLOW_PEER_AUTH", ""),
+		KeysFile: e.Optional("SEQFLOW_PEER_KEYS_FILE", ""),
+		Keys:     e.Optional("SEQFLOW_PEER_KEYS", ""),
+	}
 }

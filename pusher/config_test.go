@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/peerauth"
 )
 
 func TestLoadConfig(t *testing.T) {
 	base := func(over map[string]string) map[string]string {
-		m := map[string]string{"SEQFLOW_KAFKA_BROKERS": "k1:9092,k2:9092", "SEQFLOW_REDIS_ADDR": "r:6379"}
+		m := map[string]string{"SEQFLOW_KAFKA_BROKERS": "k1:9092,k2:9092", "SEQFLOW_REDIS_ADDR": "r:6379", "SEQFLOW_PEER_KEYS": peerauth.NewEntry("unit")}
 		for k, v := range over {
 			m[k] = v
 		}
@@ -42,7 +43,13 @@ func TestLoadConfig(t *testing.T) {
 			}
 		}},
 		{"unknown codec", base(map[string]string{"SEQFLOW_KAFKA_COMPRESSION": "gzip"}), []string{`SEQFLOW_KAFKA_COMPRESSION="gzip"`}, nil},
-		{"missing brokers and redis", map[string]string{}, []string{"SEQFLOW_KAFKA_BROKERS is required", "SEQFLOW_REDIS_ADDR is required"}, nil},
+		{"missing brokers and redis", map[string]string{}, []string{"SEQFLOW_KAFKA_BROKERS is required", "SEQFLOW_REDIS_ADDR is required", "SEQFLOW_PEER_KEYS_FILE"}, nil},
+		{"no peer key ring", base(map[string]string{"SEQFLOW_PEER_KEYS": ""}), []string{"peer key ring required", "SEQFLOW_PEER_AUTH=insecure-none"}, nil},
+		{"insecure by name", base(map[string]string{"SEQFLOW_PEER_KEYS": "", "SEQFLOW_PEER_AUTH": "insecure-none"}), nil, func(t *testing.T, c Config) {
+			if !c.PeerKeys.IsInsecure() {
+				t.Fatal("want the insecure ring")
+			}
+		}},
 		{"bad values are all reported", base(map[string]string{"PUSHER_SEND_TIMEOUT": "soon", "PUSHER_GATEWAY_QUEUE": "0",
 			"PUSHER_TRANSPORT": "carrier-pigeon", "PUSHER_RESET_OFFSET": "middle", "PUSHER_PRESENCE_CACHE": "maybe",
 			"PUSHER_PRESENCE_CACHE_MAX_AGE": "0s", "PUSHER_PRESENCE_CACHE_USERS": "0"}),

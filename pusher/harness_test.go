@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/delivery"
 	"github.com/seqflow/seqflow/internal/eventlog"
+	"github.com/seqflow/seqflow/internal/peerauth"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/testkit/stack"
 	"github.com/seqflow/seqflow/schemas/imv1"
@@ -89,7 +91,7 @@ func (e *env) user(name string) string { return e.prefix + name }
 func (e *env) session(name string) string { return e.prefix + "sess-" + name }
 
 func (e *env) config() Config {
-	cfg, err := LoadConfig(config.FromMap(map[string]string{
+	m := map[string]string{
 		"SEQFLOW_KAFKA_BROKERS":  e.st.KafkaBrokers[0],
 		"SEQFLOW_REDIS_ADDR":     e.st.RedisAddr,
 		"SEQFLOW_TOPIC_PREFIX":   e.prefix,
@@ -98,11 +100,22 @@ func (e *env) config() Config {
 		"PUSHER_RESET_OFFSET":    "start",
 		"PUSHER_SESSION_TIMEOUT": "6s",
 		"PUSHER_COMMIT_INTERVAL": "100ms",
-	}))
+	}
+	maps.Copy(m, stack.PeerEnv(e.st))
+	cfg, err := LoadConfig(config.FromMap(m))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return cfg
+}
+
+// keys is the peer key ring of the stack, which the pushers of config use.
+func (e *env) keys() *peerauth.Keyring {
+	k, err := peerauth.Load(func(k string) (string, bool) { v, ok := stack.PeerEnv(e.st)[k]; return v, ok })
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return k
 }
 
 // running is an in-process pusher.
@@ -237,9 +250,9 @@ func (e *env) gatewayOf(kind, name string) *gateway {
 	g := &gateway{id: e.prefix + name, e: e, got: map[string][]*imv1.PushItem{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
-	var rcv delivery.Receiver = delivery.NewRedisReceiver(e.rdb, delivery.RedisReceiverOptions{})
+	var rcv delivery.Receiver = delivery.NewRedisReceiver(e.rdb, e.keys(), delivery.RedisReceiverOptions{})
 	if kind == "tcp" {
-		rcv = delivery.NewTCPReceiver(delivery.NewRedisRegistry(e.rdb), delivery.TCPReceiverOptions{})
+		rcv = delivery.NewTCPReceiver(delivery.NewRedisRegistry(e.rdb, e.keys()), e.keys(), delivery.TCPReceiverOptions{})
 	}
 	go func() { g.done <- rcv.Receive(ctx, g.id, g.handle) }()
 	e.t.Cleanup(g.kill)
@@ -257,7 +270,7 @@ func (g *gateway) awaitListening(kind string) {
 		if kind == "redis" && err == nil && n[delivery.Channel(g.id)] > 0 {
 			return
 		}
-		if _, err := delivery.NewRedisRegistry(g.e.rdb).Lookup(context.Background(), g.id); kind == "tcp" && err == nil {
+		if _, err := delivery.NewRedisRegistry(g.e.rdb, g.e.keys()).Lookup(context.Background(), g.id); kind == "tcp" && err == nil {
 			return
 		}
 		if time.Now().After(deadline) {

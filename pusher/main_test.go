@@ -18,7 +18,7 @@ func TestFatalErrorExitsNonZero(t *testing.T) {
 	cmd := exec.Command(proc.Build(t, "./pusher"))
 	cmd.Env = []string{
 		"SEQFLOW_KAFKA_BROKERS=127.0.0.1:1", "SEQFLOW_REDIS_ADDR=127.0.0.1:1",
-		"SEQFLOW_OTLP_ENDPOINT=no-port-here", "PUSHER_ADMIN_ADDR=off",
+		"SEQFLOW_OTLP_ENDPOINT=no-port-here", "PUSHER_ADMIN_ADDR=off", "SEQFLOW_PEER_AUTH=insecure-none",
 	}
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError

@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "seqflow_pusher_batches_total", Help: "Batches handed to the transport.",
 		}),
 		droppedBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seqflow_pusher_dropped_batches_total", Help: "Batches not handed to a gateway, by reason (queue_full, no_receiver, timeout, too_large, closed, transport, presence_error).",
+			Name: "seqflow_pusher_dropped_batches_total", Help: "Batches not handed to a gateway, by reason (queue_full, no_receiver, timeout, too_large, closed, transport, presence_error; peer_auth: the gateway's registry entry or listener failed the peer authentication and pub/sub did not take the batch either).",
 		}, []string{"reason"}),
 		droppedItems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqflow_pusher_dropped_items_total", Help: "Events not pushed to one gateway, by reason; clients recover them by sync.",

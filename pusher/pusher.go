@@ -25,6 +25,7 @@ import (
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/groups"
 	"github.com/seqflow/seqflow/internal/membership"
+	"github.com/seqflow/seqflow/internal/peerauth"
 	"github.com/seqflow/seqflow/internal/presence"
 	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/schemas"
@@ -79,6 +80,9 @@ var (
 func New(cfg Config, log *slog.Logger) *Pusher {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	if cfg.PeerKeys != nil {
+		peerauth.Report(cfg.PeerKeys, log, reg)
+	}
 	p := &Pusher{cfg: cfg, log: log, reg: reg, m: newMetrics(reg),
 		parts: map[int32]*membership.Partition{}, replayAfter: map[int32]time.Time{}, tracer: telemetry.Tracer(service)}
 	p.newSender = p.defaultSender
@@ -86,9 +90,13 @@ func New(cfg Config, log *slog.Logger) *Pusher {
 }
 
 func (p *Pusher) defaultSender(rdb redis.UniversalClient) (delivery.Sender, error) {
-	redisSender := func() delivery.Sender { return delivery.NewRedisSender(rdb, delivery.RedisSenderOptions{}) }
+	keys := p.cfg.PeerKeys
+	if keys == nil {
+		return nil, peerauth.ErrNoKeys
+	}
+	redisSender := func() delivery.Sender { return delivery.NewRedisSender(rdb, keys, delivery.RedisSenderOptions{}) }
 	tcpSender := func() delivery.Sender {
-		return delivery.NewTCPSender(delivery.NewRedisRegistry(rdb), delivery.TCPSenderOptions{Log: p.log})
+		return delivery.NewTCPSender(delivery.NewRedisRegistry(rdb, keys), keys, delivery.TCPSenderOptions{Log: p.log})
 	}
 	switch p.cfg.Transport {
 	case "auto":

@@ -10,6 +10,7 @@ import (
 	"github.com/seqflow/seqflow/internal/config"
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/groups"
+	"github.com/seqflow/seqflow/internal/peerauth"
 )
 
 // Config is the sequencer's configuration, read from the environment.
@@ -104,6 +105,12 @@ type Config struct {
 	// DirectAck: SEQUENCER_DIRECT_ACK, default true: send direct ACKs
 	// when RedisAddrs is set (README, "Direct ACKs").
 	DirectAck bool
+	// PeerKeys: the key ring direct ACKs are authenticated with, from
+	// SEQFLOW_PEER_KEYS_FILE or SEQFLOW_PEER_KEYS (internal/peerauth).
+	// Required when direct ACKs are on (RedisAddrs set and DirectAck):
+	// without it the sequencer refuses to start, unless
+	// SEQFLOW_PEER_AUTH=insecure-none.
+	PeerKeys *peerauth.Keyring
 	// CommitDelay: SEQUENCER_DEBUG_COMMIT_DELAY, a pause between producing a
 	// batch and committing it, default 0. Only for fault tests, which need
 	// an instance caught mid-transaction.
@@ -146,6 +153,18 @@ func LoadConfig(e *config.Env) (Config, error) {
 		e.Required("SEQFLOW_KAFKA_BROKERS")
 	}
 	eventlog.CheckCompression(e)
+	peer := peerauth.Settings{
+		Auth:     e.Optional("SEQFLOW_PEER_AUTH", ""),
+		KeysFile: e.Optional("SEQFLOW_PEER_KEYS_FILE", ""),
+		Keys:     e.Optional("SEQFLOW_PEER_KEYS", ""),
+	}
+	if c.DirectAck && len(c.RedisAddrs) > 0 {
+		k, err := peer.Ring()
+		if err != nil {
+			return c, fmt.Errorf("sequencer config: %w", errors.Join(e.Err(), fmt.Errorf("direct ACKs (SEQFLOW_REDIS_ADDR set, SEQUENCER_DIRECT_ACK=true): %w", err)))
+		}
+		c.PeerKeys = k
+	}
 	if c.MaxPollRecords > c.Step {
 		err := fmt.Errorf("SEQUENCER_MAX_POLL_RECORDS=%d is above SEQUENCER_STEP=%d: a crash could then leave a gap of more than one step", c.MaxPollRecords, c.Step)
 		return c, fmt.Errorf("sequencer config: %w", errors.Join(e.Err(), err))

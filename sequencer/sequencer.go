@@ -26,6 +26,7 @@ import (
 	"github.com/seqflow/seqflow/internal/eventlog"
 	"github.com/seqflow/seqflow/internal/groups"
 	"github.com/seqflow/seqflow/internal/msgid"
+	"github.com/seqflow/seqflow/internal/peerauth"
 	"github.com/seqflow/seqflow/internal/segment"
 	"github.com/seqflow/seqflow/internal/telemetry"
 	"github.com/seqflow/seqflow/schemas"
@@ -76,6 +77,9 @@ type partState struct {
 func New(cfg Config, log *slog.Logger) *Sequencer {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	if cfg.PeerKeys != nil {
+		peerauth.Report(cfg.PeerKeys, log, reg)
+	}
 	return &Sequencer{cfg: cfg, log: log, reg: reg, m: newMetrics(reg), parts: map[int32]*partState{}, epoch: map[int32]uint64{},
 		instanceHeader: kgo.RecordHeader{Key: schemas.HeaderInstance, Value: []byte(cfg.InstanceID)}, tracer: telemetry.Tracer(service)}
 }
@@ -104,9 +108,12 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		return err
 	}
 	if s.cfg.DirectAck && len(s.cfg.RedisAddrs) > 0 {
+		if s.cfg.PeerKeys == nil {
+			return fmt.Errorf("direct ACKs: %w", peerauth.ErrNoKeys)
+		}
 		rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: s.cfg.RedisAddrs})
 		defer rdb.Close()
-		s.acks = newAcker(delivery.NewTCPSender(delivery.NewRedisRegistry(rdb), delivery.TCPSenderOptions{Log: s.log}), s.log, s.m)
+		s.acks = newAcker(delivery.NewTCPSender(delivery.NewRedisRegistry(rdb, s.cfg.PeerKeys), s.cfg.PeerKeys, delivery.TCPSenderOptions{Log: s.log}), s.log, s.m)
 		defer s.acks.close()
 	} else {
 		s.log.Info("direct ACKs off: senders get their seqs through the pusher", "direct_ack", s.cfg.DirectAck, "redis", len(s.cfg.RedisAddrs) > 0)

@@ -819,6 +819,20 @@ redis_restart() { # [--wipe]
   redis_up
 }
 
+# ---------------------------------------------------------------- peer keys
+
+# The push transport's key ring (internal/peerauth): every service refuses
+# to start without one. Made once, kept across `up`s (a new ring would lock
+# out services still running with the old one; docs/security-push.md says
+# how to rotate it).
+PEER_KEYS=$DATA/peer-keys
+new_peer_key() { printf 'local-%s:%s\n' "$1" "$(head -c 32 /dev/urandom | base64 | tr -d '\n')"; }
+ensure_peer_keys() {
+  [[ -s $PEER_KEYS ]] && return
+  (umask 077 && new_peer_key "$(date +%s)" >"$PEER_KEYS.tmp.$$") && mv -f "$PEER_KEYS.tmp.$$" "$PEER_KEYS"
+  log "made the peer key ring $PEER_KEYS"
+}
+
 # ---------------------------------------------------------------- commands
 
 up_single() {
@@ -838,7 +852,9 @@ up_single() {
   kafka_probe --bootstrap "127.0.0.1:$K1_PORT" --rf 1 --min-isr 1 --timeout "$TIMEOUT" --internal-segment-bytes "$INTERNAL_SEGMENT_BYTES" ||
     probe_fail "$DATA/kafka/single/kafka.log"
   admin_tokens
+  ensure_peer_keys
   write_env_file "$DATA/local.env" \
+    "SEQFLOW_PEER_KEYS_FILE=$PEER_KEYS" \
     "SEQFLOW_KAFKA_BROKERS=127.0.0.1:$K1_PORT" \
     "SEQFLOW_PG_URL=$PG_URL" \
     "SEQFLOW_REDIS_ADDR=127.0.0.1:$REDIS_PORT" \

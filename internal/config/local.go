@@ -21,6 +21,10 @@ type Local struct {
 	RedisAddr     string
 	BrokerKind    string
 	Root          string // repository root
+	// The push transport's peer key ring (internal/peerauth): the file
+	// `up` generates (SEQFLOW_PEER_KEYS_FILE), an inline ring
+	// (SEQFLOW_PEER_KEYS), or SEQFLOW_PEER_AUTH.
+	PeerKeysFile, PeerKeys, PeerAuth string
 }
 
 // LoadLocal reads the settings; fields are empty when unknown.
@@ -52,6 +56,9 @@ func LoadLocal() Local {
 		RedisAddr:     get("SEQFLOW_REDIS_ADDR"),
 		BrokerKind:    get("SEQFLOW_KAFKA_BROKER_KIND"),
 		Root:          root,
+		PeerKeysFile:  get("SEQFLOW_PEER_KEYS_FILE"),
+		PeerKeys:      get("SEQFLOW_PEER_KEYS"),
+		PeerAuth:      get("SEQFLOW_PEER_AUTH"),
 	}
 }
 

@@ -34,13 +34,13 @@ import (
 // so other users' commands count too; treat it as an upper bound.
 func BenchmarkTransport_Redis(b *testing.B) {
 	rdb := newRedis(b)
-	benchTransport(b, rdb, delivery.NewRedisSender(rdb, delivery.RedisSenderOptions{}), delivery.NewRedisReceiver(rdb, delivery.RedisReceiverOptions{}))
+	benchTransport(b, rdb, delivery.NewRedisSender(rdb, testKeys, delivery.RedisSenderOptions{}), delivery.NewRedisReceiver(rdb, testKeys, delivery.RedisReceiverOptions{}))
 }
 
 func BenchmarkTransport_TCP(b *testing.B) {
 	rdb := newRedis(b)
-	reg := delivery.NewRedisRegistry(rdb)
-	benchTransport(b, rdb, delivery.NewTCPSender(reg, delivery.TCPSenderOptions{}), delivery.NewTCPReceiver(reg, delivery.TCPReceiverOptions{}))
+	reg := delivery.NewRedisRegistry(rdb, testKeys)
+	benchTransport(b, rdb, delivery.NewTCPSender(reg, testKeys, delivery.TCPSenderOptions{}), delivery.NewTCPReceiver(reg, testKeys, delivery.TCPReceiverOptions{}))
 }
 
 // redisCPU returns the Redis server's CPU seconds so far.

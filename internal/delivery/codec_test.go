@@ -124,20 +124,30 @@ func FuzzDecodeBatch(f *testing.F) {
 }
 
 // FuzzReadFrames: the TCP receiver reads frames off the network; the
-// reader must never panic, never hand out a frame over the limit, and
-// hand out exactly the frames a well-formed stream holds.
+// reader must never panic, never hand out a frame over the limit or one
+// whose MAC does not verify, and hand out exactly the frames a well-formed
+// stream holds.
 func FuzzReadFrames(f *testing.F) {
+	key := make([]byte, 32)
+	newMAC := func() *frameMAC { return newFrameMAC(key, "gw", "k", make([]byte, nonceSize), make([]byte, nonceSize)) }
+	good := append([]byte{0, 0, 0, 2, 'h', 'i'}, newMAC().next([]byte("hi"))...)
+	f.Add(good)
 	f.Add([]byte{0, 0, 0, 2, 'h', 'i', 0, 0, 0, 0})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0, 0, 0, 9, 1})
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		const max = 64
 		var got int
-		err := readFrames(bytes.NewReader(stream), max, func(frame []byte) error {
+		check := newMAC()
+		err := readFrames(bytes.NewReader(stream), max, newMAC(), func() {}, func(frame []byte) error {
 			if len(frame) > max {
 				t.Fatalf("frame of %d bytes over the limit", len(frame))
 			}
-			got += frameHeader + len(frame)
+			tag := check.next(frame)
+			if !bytes.Equal(tag, stream[got+frameHeader+len(frame):got+frameHeader+len(frame)+MACSize]) {
+				t.Fatalf("handed out a frame whose MAC does not verify")
+			}
+			got += frameHeader + len(frame) + MACSize
 			return nil
 		})
 		if err == nil && got != len(stream) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seqflow/seqflow/internal/peerauth"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
@@ -29,21 +30,26 @@ type RedisSenderOptions struct {
 // Redis decouples the pusher from the gateway: a slow gateway backs up its
 // own subscription buffer in Redis (and is disconnected by Redis at
 // client-output-buffer-limit), never the publisher. Safe for concurrent use.
+//
+// Every message is sealed with a MAC of the ring's signing key, the
+// gateway ID, a timestamp and a counter (auth.go), so the gateway can tell
+// a peer's batch from a forged or replayed one.
 type RedisSender struct {
 	rdb    redis.UniversalClient
+	seal   *sealer
 	max    int
 	closed atomic.Bool
 }
 
 var _ Sender = (*RedisSender)(nil)
 
-// NewRedisSender returns a sender over rdb. It does not own rdb: Close
-// leaves it open.
-func NewRedisSender(rdb redis.UniversalClient, opts RedisSenderOptions) *RedisSender {
+// NewRedisSender returns a sender over rdb that seals with keys. It does
+// not own rdb: Close leaves it open.
+func NewRedisSender(rdb redis.UniversalClient, keys *peerauth.Keyring, opts RedisSenderOptions) *RedisSender {
 	if opts.MaxFrameBytes <= 0 {
 		opts.MaxFrameBytes = DefaultMaxFrameBytes
 	}
-	return &RedisSender{rdb: rdb, max: opts.MaxFrameBytes}
+	return &RedisSender{rdb: rdb, seal: newSealer(keys), max: opts.MaxFrameBytes}
 }
 
 // Send publishes b, split into frames of at most MaxFrameBytes, in one
@@ -61,6 +67,11 @@ func (s *RedisSender) Send(ctx context.Context, b *imv1.PushBatch) error {
 	frames, err := encodeBatch(b, s.max)
 	if err != nil {
 		return &SendError{GatewayID: b.GatewayId, Err: err}
+	}
+	for i, f := range frames {
+		if frames[i], err = s.seal.seal(b.GatewayId, f); err != nil {
+			return &SendError{GatewayID: b.GatewayId, Err: err}
+		}
 	}
 	ch := Channel(b.GatewayId)
 	cmds := make([]*redis.IntCmd, len(frames))
@@ -92,9 +103,13 @@ func (s *RedisSender) Close() error {
 type RedisReceiverOptions struct {
 	// Log receives undecodable frames and reconnects; default discards.
 	Log *slog.Logger
-	// OnBadBatch, when set, is called for every frame that fails to decode
-	// (for the gateway's metrics).
+	// OnBadBatch, when set, is called for every authenticated frame that
+	// fails to decode (for the gateway's metrics).
 	OnBadBatch func(err error)
+	// OnRejected, when set, is told of every message dropped because it is
+	// not sealed by a key of the ring for this gateway, is stale or is a
+	// replay.
+	OnRejected RejectFunc
 	// OnSubscribed, when set, is called each time Redis confirms the
 	// subscription (at start and after every resubscribe), so a gateway can
 	// hold off accepting clients until batches can reach it.
@@ -104,17 +119,19 @@ type RedisReceiverOptions struct {
 // RedisReceiver subscribes to Channel(gatewayID) with SSUBSCRIBE.
 type RedisReceiver struct {
 	rdb  redis.UniversalClient
+	keys *peerauth.Keyring
 	opts RedisReceiverOptions
 }
 
 var _ Receiver = (*RedisReceiver)(nil)
 
-// NewRedisReceiver returns a receiver over rdb. It does not own rdb.
-func NewRedisReceiver(rdb redis.UniversalClient, opts RedisReceiverOptions) *RedisReceiver {
+// NewRedisReceiver returns a receiver over rdb that accepts only messages
+// sealed by a key of keys. It does not own rdb.
+func NewRedisReceiver(rdb redis.UniversalClient, keys *peerauth.Keyring, opts RedisReceiverOptions) *RedisReceiver {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &RedisReceiver{rdb: rdb, opts: opts}
+	return &RedisReceiver{rdb: rdb, keys: keys, opts: opts}
 }
 
 // Receive subscribes and calls h for every batch addressed to gatewayID, in
@@ -134,6 +151,7 @@ func (r *RedisReceiver) Receive(ctx context.Context, gatewayID string, h Handler
 		_ = ps.Close()
 	}()
 	backoff := 50 * time.Millisecond
+	open := newOpener(r.keys, gatewayID)
 	for {
 		msg, err := ps.Receive(ctx)
 		if ctx.Err() != nil {
@@ -157,7 +175,16 @@ func (r *RedisReceiver) Receive(ctx context.Context, gatewayID string, h Handler
 			}
 			continue
 		}
-		b, err := decodeBatch([]byte(m.Payload), gatewayID)
+		payload, err := open.open([]byte(m.Payload))
+		if err != nil {
+			reason := rejectReason(err)
+			r.opts.Log.Warn("refusing a push message", "gateway_id", gatewayID, "reason", reason, "err", err)
+			if r.opts.OnRejected != nil {
+				r.opts.OnRejected(reason, err)
+			}
+			continue
+		}
+		b, err := decodeBatch(payload, gatewayID)
 		if err != nil {
 			r.opts.Log.Warn("skipping push frame", "gateway_id", gatewayID, "err", err)
 			if r.opts.OnBadBatch != nil {

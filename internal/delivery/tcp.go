@@ -13,13 +13,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seqflow/seqflow/internal/peerauth"
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
 // The TCP transport streams frames straight from the pusher to each
-// gateway: a 4-byte big-endian length, then a proto-encoded PushBatch. The
-// stream is one way; the receiver never writes. Gateways publish their
-// listen address in a Registry.
+// gateway: after a mutual handshake (auth.go), a 4-byte big-endian length,
+// a proto-encoded PushBatch and its MAC. After the handshake the stream is
+// one way; the receiver never writes. Gateways publish their listen
+// address, signed, in a Registry.
 
 // frameHeader is the length prefix of a frame.
 const frameHeader = 4
@@ -31,6 +33,13 @@ type TCPSenderOptions struct {
 	// AddrTTL is how long a looked-up address is reused before the
 	// registry is asked again, default 2s.
 	AddrTTL time.Duration
+	// HandshakeTimeout bounds the handshake with a gateway, default
+	// DefaultHandshakeTimeout (and ctx, when it ends sooner).
+	HandshakeTimeout time.Duration
+	// MaxIdle: a connection unused this long is closed and dialed again
+	// before the next Send, default 60s, so it is not written to at the
+	// moment the gateway's idle timeout (default 2m) closes it.
+	MaxIdle time.Duration
 	// Log receives connection events; default discards.
 	Log *slog.Logger
 }
@@ -41,6 +50,7 @@ type TCPSenderOptions struct {
 // Send dials again. Safe for concurrent use.
 type TCPSender struct {
 	reg    Registry
+	keys   *peerauth.Keyring
 	opts   TCPSenderOptions
 	mu     sync.Mutex
 	conns  map[string]*tcpConn
@@ -58,27 +68,38 @@ type tcpConn struct {
 	mu        sync.Mutex
 	c         net.Conn
 	w         *bufio.Writer
+	mac       *frameMAC
+	used      time.Time     // last write
 	broken    chan struct{} // closed when the peer hangs up
 }
 
-// NewTCPSender returns a sender that finds gateways in reg.
-func NewTCPSender(reg Registry, opts TCPSenderOptions) *TCPSender {
+// NewTCPSender returns a sender that finds gateways in reg and proves
+// itself with, and demands of each gateway, a key of keys.
+func NewTCPSender(reg Registry, keys *peerauth.Keyring, opts TCPSenderOptions) *TCPSender {
 	if opts.MaxFrameBytes <= 0 {
 		opts.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	if opts.AddrTTL <= 0 {
 		opts.AddrTTL = 2 * time.Second
 	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if opts.MaxIdle <= 0 {
+		opts.MaxIdle = time.Minute
+	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &TCPSender{reg: reg, opts: opts, conns: map[string]*tcpConn{}}
+	return &TCPSender{reg: reg, keys: keys, opts: opts, conns: map[string]*tcpConn{}}
 }
 
 // Send writes b's frames to its gateway's connection, dialing it first when
 // there is none. It returns ErrNoReceiver when the gateway is not
-// registered or refuses the connection, and ctx's error when the write does
-// not finish in time (the gateway is not reading).
+// registered or refuses the connection, ErrPeerAuth when the registry
+// entry is not signed or the listener cannot prove it is the gateway
+// holding a key of the ring (nothing is written to it), and ctx's error
+// when the write does not finish in time (the gateway is not reading).
 func (s *TCPSender) Send(ctx context.Context, b *imv1.PushBatch) error {
 	gw := b.GetGatewayId()
 	if gw == "" {
@@ -121,12 +142,15 @@ func (s *TCPSender) Send(ctx context.Context, b *imv1.PushBatch) error {
 	for _, f := range frames {
 		binary.BigEndian.PutUint32(hdr[:], uint32(len(f)))
 		if _, err = tc.w.Write(hdr[:]); err == nil {
-			_, err = tc.w.Write(f)
+			if _, err = tc.w.Write(f); err == nil {
+				_, err = tc.w.Write(tc.mac.next(f))
+			}
 		}
 		if err != nil {
 			break
 		}
 	}
+	tc.used = time.Now()
 	if err == nil {
 		err = tc.w.Flush()
 	}
@@ -151,7 +175,10 @@ func (s *TCPSender) ensure(ctx context.Context, tc *tcpConn) error {
 			tc.reset()
 			tc.addr = ""
 		default:
-			return nil
+			if time.Since(tc.used) < s.opts.MaxIdle {
+				return nil
+			}
+			tc.reset() // idle: the gateway may be closing it right now
 		}
 	}
 	if tc.addr == "" || time.Since(tc.seen) > s.opts.AddrTTL {
@@ -166,6 +193,9 @@ func (s *TCPSender) ensure(ctx context.Context, tc *tcpConn) error {
 			tc.addr = ""
 			if errors.Is(err, ErrNoReceiver) {
 				tc.noneUntil = time.Now().Add(s.opts.AddrTTL / 4)
+			}
+			if errors.Is(err, ErrPeerAuth) {
+				s.opts.Log.Warn("refusing a push registry entry", "gateway_id", tc.gw, "err", err)
 			}
 			return err
 		}
@@ -183,7 +213,34 @@ func (s *TCPSender) ensure(ctx context.Context, tc *tcpConn) error {
 	if t, ok := c.(*net.TCPConn); ok {
 		_ = t.SetNoDelay(true)
 	}
-	tc.c, tc.w, tc.broken = c, bufio.NewWriterSize(c, 64<<10), make(chan struct{})
+	dl := time.Now().Add(s.opts.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = c.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	mac, err := clientHandshake(c, s.keys, tc.gw)
+	stop()
+	if err != nil {
+		_ = c.Close()
+		// Look the gateway up again: at once after a stale entry, else not
+		// before a quarter of AddrTTL, or a listener that fails the
+		// handshake (or never answers it) would cost every batch a dial
+		// and a wait before the fallback.
+		tc.addr = ""
+		if !errors.Is(err, errStaleAddress) {
+			tc.noneUntil = time.Now().Add(s.opts.AddrTTL / 4)
+		}
+		if errors.Is(err, ErrPeerAuth) {
+			s.opts.Log.Warn("refusing to push to a listener that failed the handshake", "gateway_id", tc.gw, "err", err)
+		}
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return err
+	}
+	_ = c.SetDeadline(time.Time{})
+	tc.c, tc.w, tc.mac, tc.used, tc.broken = c, bufio.NewWriterSize(c, 64<<10), mac, time.Now(), make(chan struct{})
 	broken := tc.broken
 	go func() {
 		// The receiver never writes: any read result means it hung up.
@@ -198,7 +255,7 @@ func (tc *tcpConn) reset() {
 	if tc.c != nil {
 		_ = tc.c.Close() // ends the hang-up watcher too
 	}
-	tc.c, tc.w = nil, nil
+	tc.c, tc.w, tc.mac = nil, nil, nil
 }
 
 // Close closes every connection; later Sends fail with ErrClosed.
@@ -228,10 +285,29 @@ type TCPReceiverOptions struct {
 	// MaxFrameBytes bounds one incoming frame, default
 	// DefaultMaxFrameBytes; a larger frame closes the connection.
 	MaxFrameBytes int
+	// HandshakeTimeout: a connection that has not completed the handshake
+	// this long after it was accepted is closed, default
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// IdleTimeout: a connection on which no complete frame arrived for
+	// this long is closed, default 2m (senders redial after 1m unused, see
+	// TCPSenderOptions.MaxIdle).
+	IdleTimeout time.Duration
+	// MaxConns caps the connections held open at once, default 256 (a
+	// sender process holds one per gateway it reaches); MaxHandshakes caps
+	// those still in their handshake, default 32, so strangers cannot
+	// crowd out authenticated senders. A connection over a cap is closed
+	// at once.
+	MaxConns, MaxHandshakes int
 	// Log receives bad frames and connection errors; default discards.
 	Log *slog.Logger
-	// OnBadBatch, when set, is called for every frame that fails to decode.
+	// OnBadBatch, when set, is called for every authenticated frame that
+	// fails to decode.
 	OnBadBatch func(err error)
+	// OnRejected, when set, is told of every connection refused (its
+	// handshake failed, a frame's MAC did not verify, it idled or a cap
+	// was reached); the connection is closed.
+	OnRejected RejectFunc
 	// OnRegistered, when set, is called once the listener is up and its
 	// address is in the registry (senders can find it from then on).
 	OnRegistered func(addr string)
@@ -240,13 +316,15 @@ type TCPReceiverOptions struct {
 // TCPReceiver listens for pusher connections and registers its address.
 type TCPReceiver struct {
 	reg  Registry
+	keys *peerauth.Keyring
 	opts TCPReceiverOptions
 }
 
 var _ Receiver = (*TCPReceiver)(nil)
 
-// NewTCPReceiver returns a receiver that registers itself in reg.
-func NewTCPReceiver(reg Registry, opts TCPReceiverOptions) *TCPReceiver {
+// NewTCPReceiver returns a receiver that registers itself in reg and
+// accepts only senders proving a key of keys.
+func NewTCPReceiver(reg Registry, keys *peerauth.Keyring, opts TCPReceiverOptions) *TCPReceiver {
 	if opts.ListenAddr == "" {
 		opts.ListenAddr = "127.0.0.1:0"
 	}
@@ -256,10 +334,23 @@ func NewTCPReceiver(reg Registry, opts TCPReceiverOptions) *TCPReceiver {
 	if opts.MaxFrameBytes <= 0 {
 		opts.MaxFrameBytes = DefaultMaxFrameBytes
 	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 2 * time.Minute
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 256
+	}
+	if opts.MaxHandshakes <= 0 {
+		opts.MaxHandshakes = 32
+	}
+	opts.MaxHandshakes = min(opts.MaxHandshakes, opts.MaxConns)
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &TCPReceiver{reg: reg, opts: opts}
+	return &TCPReceiver{reg: reg, keys: keys, opts: opts}
 }
 
 // Receive listens, registers, and calls h for every batch addressed to
@@ -287,11 +378,19 @@ func (r *TCPReceiver) Receive(ctx context.Context, gatewayID string, h Handler) 
 		r.opts.OnRegistered(addr)
 	}
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex // serializes h
-		cmu   sync.Mutex
-		conns = map[net.Conn]struct{}{}
+		wg      sync.WaitGroup
+		mu      sync.Mutex // serializes h
+		cmu     sync.Mutex
+		conns   = map[net.Conn]struct{}{}
+		shaking int // connections in their handshake, under cmu
 	)
+	rejected := func(c net.Conn, err error) {
+		reason := rejectReason(err)
+		r.opts.Log.Warn("refusing a push connection", "gateway_id", gatewayID, "remote", c.RemoteAddr().String(), "reason", reason, "err", err)
+		if r.opts.OnRejected != nil {
+			r.opts.OnRejected(reason, err)
+		}
+	}
 	wg.Go(func() {
 		t := time.NewTicker(r.opts.TTL / 3)
 		defer t.Stop()
@@ -329,16 +428,46 @@ func (r *TCPReceiver) Receive(ctx context.Context, gatewayID string, h Handler) 
 			c.Close()
 			break
 		}
+		if len(conns) >= r.opts.MaxConns || shaking >= r.opts.MaxHandshakes {
+			n, hs := len(conns), shaking
+			cmu.Unlock()
+			c.Close()
+			rejected(c, reject(RejectConnLimit, "%d connections open (cap %d), %d in handshake (cap %d)", n, r.opts.MaxConns, hs, r.opts.MaxHandshakes))
+			continue
+		}
 		conns[c] = struct{}{}
+		shaking++
 		cmu.Unlock()
 		wg.Go(func() {
+			shook := false
 			defer func() {
 				cmu.Lock()
 				delete(conns, c)
+				if !shook {
+					shaking--
+				}
 				cmu.Unlock()
 				c.Close()
 			}()
-			err := readFrames(bufio.NewReaderSize(c, 64<<10), r.opts.MaxFrameBytes, func(frame []byte) error {
+			br := bufio.NewReaderSize(c, 64<<10)
+			_ = c.SetDeadline(time.Now().Add(r.opts.HandshakeTimeout))
+			mac, err := serverHandshake(struct {
+				io.Reader
+				io.Writer
+			}{br, c}, r.keys, gatewayID)
+			cmu.Lock()
+			shaking--
+			shook = true
+			cmu.Unlock()
+			if err != nil {
+				if ctx.Err() == nil {
+					rejected(c, err)
+				}
+				return
+			}
+			_ = c.SetWriteDeadline(time.Time{})
+			idle := func() { _ = c.SetReadDeadline(time.Now().Add(r.opts.IdleTimeout)) }
+			err = readFrames(br, r.opts.MaxFrameBytes, mac, idle, func(frame []byte) error {
 				b, err := decodeBatch(frame, gatewayID)
 				if err != nil {
 					r.opts.Log.Warn("skipping push frame", "gateway_id", gatewayID, "err", err)
@@ -355,7 +484,11 @@ func (r *TCPReceiver) Receive(ctx context.Context, gatewayID string, h Handler) 
 				mu.Unlock()
 				return nil
 			})
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err == nil || ctx.Err() != nil:
+			case rejectReason(err) != "":
+				rejected(c, err)
+			default:
 				r.opts.Log.Warn("push stream ended", "gateway_id", gatewayID, "remote", c.RemoteAddr().String(), "err", err)
 			}
 		})
@@ -377,30 +510,52 @@ func (r *TCPReceiver) Receive(ctx context.Context, gatewayID string, h Handler) 
 	return fmt.Errorf("push stream listener closed")
 }
 
-// readFrames calls fn with each frame read from rd until it ends or fn
-// returns an error, which it returns. A frame longer than max ends the
-// stream with an error: the sender is not ours or is broken, and nothing
-// after it can be trusted.
-func readFrames(rd io.Reader, max int, fn func(frame []byte) error) error {
+// readFrames calls fn with each frame read from rd whose MAC verifies,
+// until the stream ends or fn returns an error, which it returns. Before
+// each frame it calls idle, which sets the read deadline the whole frame
+// must arrive by. A frame longer than max, a MAC that does not verify and
+// a frame that does not arrive in time end the stream with a refusal
+// (rejectError): the sender is not ours or is broken, and nothing after it
+// can be trusted.
+func readFrames(rd io.Reader, max int, mac *frameMAC, idle func(), fn func(frame []byte) error) error {
 	var hdr [frameHeader]byte
+	var tag [MACSize]byte
 	buf := make([]byte, 0, 4096)
+	timedOut := func(err error) bool {
+		var ne net.Error
+		return errors.As(err, &ne) && ne.Timeout()
+	}
 	for {
+		idle()
 		if _, err := io.ReadFull(rd, hdr[:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
+			}
+			if timedOut(err) {
+				return reject(RejectIdle, "no frame within the idle timeout: %v", err)
 			}
 			return fmt.Errorf("read frame header: %w", err)
 		}
 		n := int(binary.BigEndian.Uint32(hdr[:]))
 		if n > max {
-			return fmt.Errorf("%w: frame of %d bytes, limit %d", ErrBadBatch, n, max)
+			return reject(RejectOversize, "frame of %d bytes, limit %d", n, max)
 		}
 		if cap(buf) < n {
 			buf = make([]byte, n)
 		}
 		buf = buf[:n]
-		if _, err := io.ReadFull(rd, buf); err != nil {
+		_, err := io.ReadFull(rd, buf)
+		if err == nil {
+			_, err = io.ReadFull(rd, tag[:])
+		}
+		if err != nil {
+			if timedOut(err) {
+				return reject(RejectIdle, "frame of %d bytes not complete within the idle timeout: %v", n, err)
+			}
 			return fmt.Errorf("read frame of %d bytes: %w", n, err)
+		}
+		if !peerauth.Equal(tag[:], mac.next(buf)) {
+			return reject(RejectBadMAC, "frame %d's MAC does not verify", mac.ctr-1)
 		}
 		if err := fn(buf); err != nil {
 			return err

@@ -16,12 +16,12 @@ import (
 
 func TestTCPTransport(t *testing.T) {
 	deliverytest.Run(t, func(t *testing.T) deliverytest.Transport {
-		reg := delivery.NewRedisRegistry(newRedis(t))
-		s := delivery.NewTCPSender(reg, delivery.TCPSenderOptions{})
+		reg := delivery.NewRedisRegistry(newRedis(t), testKeys)
+		s := delivery.NewTCPSender(reg, testKeys, delivery.TCPSenderOptions{})
 		t.Cleanup(func() { _ = s.Close() })
 		return deliverytest.Transport{
 			Sender:        s,
-			Receiver:      delivery.NewTCPReceiver(reg, delivery.TCPReceiverOptions{}),
+			Receiver:      delivery.NewTCPReceiver(reg, testKeys, delivery.TCPReceiverOptions{}),
 			MaxFrameBytes: delivery.DefaultMaxFrameBytes,
 		}
 	})
@@ -36,14 +36,14 @@ func TestChainTransport(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			deliverytest.Run(t, func(t *testing.T) deliverytest.Transport {
 				rdb := newRedis(t)
-				reg := delivery.NewRedisRegistry(rdb)
-				var s delivery.Sender = delivery.NewChainSender(delivery.NewTCPSender(reg, delivery.TCPSenderOptions{}), delivery.NewRedisSender(rdb, delivery.RedisSenderOptions{}))
+				reg := delivery.NewRedisRegistry(rdb, testKeys)
+				var s delivery.Sender = delivery.NewChainSender(delivery.NewTCPSender(reg, testKeys, delivery.TCPSenderOptions{}), delivery.NewRedisSender(rdb, testKeys, delivery.RedisSenderOptions{}))
 				if kind == "redis-pusher-both-gateway" {
-					s = delivery.NewRedisSender(rdb, delivery.RedisSenderOptions{})
+					s = delivery.NewRedisSender(rdb, testKeys, delivery.RedisSenderOptions{})
 				}
 				t.Cleanup(func() { _ = s.Close() })
-				tcp := delivery.NewTCPReceiver(reg, delivery.TCPReceiverOptions{})
-				redis := delivery.NewRedisReceiver(rdb, delivery.RedisReceiverOptions{})
+				tcp := delivery.NewTCPReceiver(reg, testKeys, delivery.TCPReceiverOptions{})
+				redis := delivery.NewRedisReceiver(rdb, testKeys, delivery.RedisReceiverOptions{})
 				r := map[string]delivery.Receiver{"tcp-gateway": tcp, "redis-gateway": redis}[kind]
 				if r == nil {
 					r = delivery.Fanin(tcp, redis)
@@ -60,8 +60,8 @@ func TestChainTransport(t *testing.T) {
 // for one frame shows the order: refused as too large only when a receiver
 // exists.
 func TestTCPSenderLooksForTheReceiverBeforeEncoding(t *testing.T) {
-	reg := delivery.NewRedisRegistry(newRedis(t))
-	s := delivery.NewTCPSender(reg, delivery.TCPSenderOptions{MaxFrameBytes: 64})
+	reg := delivery.NewRedisRegistry(newRedis(t), testKeys)
+	s := delivery.NewTCPSender(reg, testKeys, delivery.TCPSenderOptions{MaxFrameBytes: 64})
 	t.Cleanup(func() { _ = s.Close() })
 	huge := &imv1.PushBatch{GatewayId: "gw-" + uuid.NewString(), Items: []*imv1.PushItem{{Item: &imv1.PushItem_Event{Event: &imv1.SequencedEvent{
 		SessionId: "s", Seq: 1, Payload: &imv1.SequencedEvent_Message{Message: &imv1.MessageContent{Type: "text", Body: make([]byte, 1000)}},
@@ -82,8 +82,8 @@ func TestTCPSenderLooksForTheReceiverBeforeEncoding(t *testing.T) {
 // with the sender's address cache far longer than the test.
 func TestTCPStaleAddressIsLeft(t *testing.T) {
 	rdb := newRedis(t)
-	reg := delivery.NewRedisRegistry(rdb)
-	s := delivery.NewTCPSender(reg, delivery.TCPSenderOptions{AddrTTL: time.Hour})
+	reg := delivery.NewRedisRegistry(rdb, testKeys)
+	s := delivery.NewTCPSender(reg, testKeys, delivery.TCPSenderOptions{AddrTTL: time.Hour})
 	t.Cleanup(func() { _ = s.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -105,7 +105,7 @@ func TestTCPStaleAddressIsLeft(t *testing.T) {
 	}
 	addrB := make(chan string, 1)
 	go func() {
-		_ = delivery.NewTCPReceiver(reg, delivery.TCPReceiverOptions{OnRegistered: func(a string) { addrB <- a }}).Receive(ctx, gwB, handler(gwB))
+		_ = delivery.NewTCPReceiver(reg, testKeys, delivery.TCPReceiverOptions{OnRegistered: func(a string) { addrB <- a }}).Receive(ctx, gwB, handler(gwB))
 	}()
 	var stale string
 	select {
@@ -125,7 +125,7 @@ func TestTCPStaleAddressIsLeft(t *testing.T) {
 	scancel()
 	// A comes back on a port of its own.
 	go func() {
-		_ = delivery.NewTCPReceiver(reg, delivery.TCPReceiverOptions{}).Receive(ctx, gwA, handler(gwA))
+		_ = delivery.NewTCPReceiver(reg, testKeys, delivery.TCPReceiverOptions{}).Receive(ctx, gwA, handler(gwA))
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 1; count(gwA) == 0; i++ {

@@ -19,7 +19,33 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/peerauth"
 )
+
+// localPeerEnv is the local stack's peer key ring settings
+// (.data/local.env) that the environment does not set already, so the
+// services started here reach each other's push ports wherever they were
+// started from. A stack started before `up` made a ring has none; the
+// services of this process then share a ring made for it.
+func localPeerEnv() []string {
+	l := config.LoadLocal() // the environment's values win over the file's
+	set := map[string]string{"SEQFLOW_PEER_KEYS_FILE": l.PeerKeysFile, "SEQFLOW_PEER_KEYS": l.PeerKeys, "SEQFLOW_PEER_AUTH": l.PeerAuth}
+	var out []string
+	for k, v := range set {
+		if v != "" && os.Getenv(k) == "" {
+			out = append(out, k+"="+v)
+		}
+	}
+	if l.PeerKeysFile == "" && l.PeerKeys == "" && l.PeerAuth == "" {
+		out = append(out, "SEQFLOW_PEER_KEYS="+processRing())
+	}
+	return out
+}
+
+// processRing is the ring of localPeerEnv when the stack has none.
+var processRing = sync.OnceValue(func() string { return peerauth.NewEntry("proc") })
 
 // Compile builds the main packages pkgs (e.g. "./sequencer", relative to
 // root) into dir and returns their binaries by package. SEQFLOW_PROC_RACE=1
@@ -70,7 +96,7 @@ func (p *Proc) Start() error {
 	}
 	fmt.Fprintf(f, startMark+"%s at %s\n", p.Name, time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Env = append(os.Environ(), p.Env...)
+	cmd.Env = append(append(os.Environ(), localPeerEnv()...), p.Env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group, so a signal to the test or the suite's
 	// terminal does not reach it: only this package stops it.

@@ -12,10 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/peerauth"
 )
 
 // Stack holds connection settings.
@@ -58,7 +60,39 @@ func Require(t testing.TB, parts ...string) Stack {
 		}
 		t.Skip(msg)
 	}
+	peerOnce.Do(func() { exportPeerKeys(&s) })
+	s.PeerKeysFile, s.PeerKeys, s.PeerAuth = os.Getenv("SEQFLOW_PEER_KEYS_FILE"), os.Getenv("SEQFLOW_PEER_KEYS"), os.Getenv("SEQFLOW_PEER_AUTH")
 	return s
+}
+
+var peerOnce sync.Once
+
+// exportPeerKeys puts the stack's peer key ring into this test process's
+// environment, which the services it starts inherit (proc.Start), so they
+// reach each other's push ports. A stack started before `up` made a ring
+// has none: the tests then make one of their own, the same for every
+// service this process starts.
+func exportPeerKeys(s *Stack) {
+	for k, v := range map[string]string{"SEQFLOW_PEER_KEYS_FILE": s.PeerKeysFile, "SEQFLOW_PEER_KEYS": s.PeerKeys, "SEQFLOW_PEER_AUTH": s.PeerAuth} {
+		if v != "" && os.Getenv(k) == "" {
+			_ = os.Setenv(k, v)
+		}
+	}
+	if s.PeerKeysFile == "" && s.PeerKeys == "" && s.PeerAuth == "" {
+		_ = os.Setenv("SEQFLOW_PEER_KEYS", peerauth.NewEntry("test"))
+	}
+}
+
+// PeerEnv is the peer key ring settings of the stack as environment
+// entries, for a service configured from a map (config.FromMap).
+func PeerEnv(s Stack) map[string]string {
+	m := map[string]string{}
+	for k, v := range map[string]string{"SEQFLOW_PEER_KEYS_FILE": s.PeerKeysFile, "SEQFLOW_PEER_KEYS": s.PeerKeys, "SEQFLOW_PEER_AUTH": s.PeerAuth} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	return m
 }
 
 // LockBrokerFaults takes, until the test ends, an exclusive lock on
