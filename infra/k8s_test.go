@@ -867,8 +867,9 @@ func checkAdminAccess(objs []obj) []string {
 					len(at(peer, "namespaceSelector").(obj)) > 0:
 				case name == "push" && svc == "producer-gw" && peer != nil && at(peer, "podSelector") != nil && at(peer, "namespaceSelector") == nil:
 					for other, ow := range workloads {
-						if selects(at(peer, "podSelector"), labelsOf(ow)) != (other == "pusher" || other == "sequencer") {
-							bad("%s: the push port's peer %v selects %s: want the pushers and sequencers only", svc, peer, other)
+						// Gateways push typing and receipt signals to each other.
+						if selects(at(peer, "podSelector"), labelsOf(ow)) != (other == "pusher" || other == "sequencer" || other == "producer-gw") {
+							bad("%s: the push port's peer %v selects %s: want the pushers, sequencers and gateways only", svc, peer, other)
 						}
 					}
 				default:
@@ -880,7 +881,7 @@ func checkAdminAccess(objs []obj) []string {
 			bad("%s: nobody may reach the admin port (Prometheus)", svc)
 		}
 		if svc == "producer-gw" && (len(peers["push"]) == 0 || !slices.Contains(peers["client"], nil)) {
-			bad("%s: push port peers %v, client port peers %v: want the pushers and sequencers, and everyone", svc, peers["push"], peers["client"])
+			bad("%s: push port peers %v, client port peers %v: want the pushers, sequencers and gateways, and everyone", svc, peers["push"], peers["client"])
 		}
 	}
 	return problems
