@@ -18,7 +18,7 @@ import (
 	"github.com/seqflow/seqflow/schemas/imv1"
 )
 
-// The push transport's attack tests (docs/security-push.md): a stranger who
+// The push transport's attack tests (docs/security.md): a stranger who
 // reaches a gateway's push port or its Redis channel, knowing the gateway
 // ID every client learns in hello, tries to teach the gateway a member, to
 // replay what a peer sent, to pose as a gateway, or to hold its sockets.

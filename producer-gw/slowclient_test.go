@@ -25,7 +25,7 @@ import (
 )
 
 // Slow-client attack parameters (TestSlowClients). The figures it logs are
-// in docs/security-slow.md.
+// in docs/security.md.
 const (
 	slowAddrs      = 1500                       // distinct source addresses, 127.20.0.1 on
 	slowHTTPPerSec = 250                        // trickled HTTP bodies opened per second

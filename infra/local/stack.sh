@@ -823,7 +823,7 @@ redis_restart() { # [--wipe]
 
 # The push transport's key ring (internal/peerauth): every service refuses
 # to start without one. Made once, kept across `up`s (a new ring would lock
-# out services still running with the old one; docs/security-push.md says
+# out services still running with the old one; docs/security.md says
 # how to rotate it).
 PEER_KEYS=$DATA/peer-keys
 new_peer_key() { printf 'local-%s:%s\n' "$1" "$(head -c 32 /dev/urandom | base64 | tr -d '\n')"; }
