@@ -194,8 +194,10 @@ type sent struct {
 	// expect: the recipients once acked, the members at its seq but the
 	// sender, as far as the run knows the session's member history.
 	expect []int
-	// deliveredTo: users (index) other than the sender that received it.
+	// deliveredTo: users (index) other than the sender that received it;
+	// deliveredMs: how long after at each got it.
 	deliveredTo map[int]bool
+	deliveredMs map[int]float64
 }
 
 // run is the state of one Run.
@@ -209,7 +211,6 @@ type run struct {
 	sessions  map[string]*session
 	msgs      map[string]*sent // client_msg_id → message
 	ackMs     []float64
-	deliverMs []float64
 	timeline  []TimelinePoint
 	lastSeq   []map[string]int64 // per recipient: session → last seq handed over
 	created   map[string]map[int]bool
@@ -685,7 +686,7 @@ func (r *run) onEvent(u int, e client.Event) {
 		return
 	}
 	if m.deliveredTo == nil {
-		m.deliveredTo = map[int]bool{}
+		m.deliveredTo, m.deliveredMs = map[int]bool{}, map[int]float64{}
 	}
 	if m.deliveredTo[u] {
 		r.dups++
@@ -697,7 +698,7 @@ func (r *run) onEvent(u int, e client.Event) {
 		m.session.undelivered--
 	}
 	r.delivered++
-	r.deliverMs = append(r.deliverMs, ms(now.Sub(m.at)))
+	m.deliveredMs[u] = ms(now.Sub(m.at))
 	r.signal()
 }
 

@@ -92,12 +92,19 @@ type Report struct {
 	Resent          int64 `json:"resent"`
 	RetryableErrors int64 `json:"retryable_errors"`
 	GapFills        int64 `json:"gap_fills"`
+	// Synced counts events the clients received in sync pages (gap
+	// fills, catch-ups, resyncs: history fetched); SyncedPerAcked is it
+	// over Acked.
+	Synced         int64   `json:"synced"`
+	SyncedPerAcked float64 `json:"synced_per_acked"`
 	// Errors counts final errors by name (and generator_queue_full when
 	// the paced generator could not hand a message to a stalled user).
 	Errors map[string]int64 `json:"errors"`
 
 	// AckSamples and DeliverSamples are the sorted latencies in ms, for
-	// the plot.
+	// the plot. DeliverSamples are the deliveries counted in Delivered:
+	// an acked message to a member at its seq (not DeliveredAsHistory,
+	// whose latency is how long the member was away).
 	AckSamples     []float64 `json:"-"`
 	DeliverSamples []float64 `json:"-"`
 	// Timeline is every acked message's scheduled time and ACK latency,
@@ -170,6 +177,7 @@ func (r *run) report(sendSecs float64) Report {
 		for u := range m.deliveredTo {
 			if slices.Contains(m.expect, u) {
 				rep.Delivered++
+				rep.DeliverSamples = append(rep.DeliverSamples, m.deliveredMs[u])
 			} else {
 				rep.DeliveredAsHistory++
 			}
@@ -194,7 +202,6 @@ func (r *run) report(sendSecs float64) Report {
 	}
 	rep.Timeline = slices.Clone(r.timeline)
 	rep.AckSamples = slices.Clone(r.ackMs)
-	rep.DeliverSamples = slices.Clone(r.deliverMs)
 	slices.Sort(rep.AckSamples)
 	slices.Sort(rep.DeliverSamples)
 	a, d := rep.AckSamples, rep.DeliverSamples
@@ -206,6 +213,10 @@ func (r *run) report(sendSecs float64) Report {
 		rep.Resent += st.Resent
 		rep.RetryableErrors += st.RetryableErrors
 		rep.GapFills += st.Gaps
+		rep.Synced += st.Synced
+	}
+	if r.acked > 0 {
+		rep.SyncedPerAcked = float64(rep.Synced) / float64(r.acked)
 	}
 	return rep
 }
@@ -240,7 +251,8 @@ func (rep Report) Table(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nclients: %d reconnects, %d resends, %d retryable errors, %d gap fills\n", rep.Reconnects, rep.Resent, rep.RetryableErrors, rep.GapFills)
+	fmt.Fprintf(w, "\nclients: %d reconnects, %d resends, %d retryable errors, %d gap fills, %d events synced (%.2f per acked)\n",
+		rep.Reconnects, rep.Resent, rep.RetryableErrors, rep.GapFills, rep.Synced, rep.SyncedPerAcked)
 	if rep.GovernanceOps > 0 {
 		fmt.Fprintf(w, "governance: %s\n", rep.GovernanceSummary())
 		fmt.Fprintf(w, "refused sends: %d %s; delivered after removal %d, as history %d, missed before removal %d\n",

@@ -56,6 +56,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	plaintext := fs.Bool("plaintext", false, "the gateways do not seal bodies (default: sealed with a KEK of the run, docs/erasure.md); no erasures then")
 	eraseEvery := fs.Duration("erase-every", 5*time.Second, "erasures in the load: one victim at a time joins sessions with load users, sends, and is erased through a gateway's admin endpoint this long (±50%) after, or at the next fault's injection; 0 turns it off")
 	maxFaults := fs.Int("max-faults", 0, "stop injecting after this many faults (0: as many as fit)")
+	noFaults := fs.Bool("no-faults", false, "inject no fault: the topology and the load only (delivery lag, history fetches)")
 	minFaults := fs.Int("min-faults", 0, "fail when fewer faults were injected (default 50, -short 8)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds (default all, -short the short set); see internal/testkit/chaos")
 	sessionTimeout := fs.Duration("session-timeout", 6*time.Second, "consumer group session timeout of every service")
@@ -69,7 +70,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	st := config.LoadLocal()
 	o := chaos.Options{
 		Brokers: st.Kafka3Brokers, Root: st.Root, Seed: *seed, Duration: *duration, Rate: *rate, Users: *users,
-		Sessions: *sessions, Governance: *governance, Plaintext: *plaintext, EraseEvery: *eraseEvery, MaxFaults: *maxFaults, MinFaults: *minFaults, SessionTimeout: *sessionTimeout,
+		Sessions: *sessions, Governance: *governance, Plaintext: *plaintext, EraseEvery: *eraseEvery, MaxFaults: *maxFaults, MinFaults: *minFaults, NoFaults: *noFaults, SessionTimeout: *sessionTimeout,
 		MaxRecovery: *maxRecovery, Keep: *keep, Out: out,
 	}
 	if o.Governance == 0 {
@@ -101,7 +102,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	if o.Duration == 0 {
 		o.Duration = 25 * time.Minute
 	}
-	if o.MinFaults == 0 {
+	if o.MinFaults == 0 && !o.NoFaults {
 		o.MinFaults = 50
 	}
 	if *kinds != "" {

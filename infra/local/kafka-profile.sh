@@ -4,6 +4,9 @@
 #
 #   infra/local/kafka-profile.sh [SECONDS]      default 10; 0: only the JIT line below
 #   KAFKA_PROFILE_JFR=0 infra/local/kafka-profile.sh 10   requests only, no recording
+#   KAFKA_PROFILE_NODE=k3-2 infra/local/kafka-profile.sh 10   a node of the
+#     three-broker cluster (stack.sh up-kafka3) instead; its JMX agent on
+#     127.0.0.1:1999<n>
 #
 # For SECONDS it records, on the running broker of infra/local/stack.sh:
 #   - requests per second by type (the broker's own RequestMetrics counts,
@@ -28,8 +31,14 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 secs=${1:-10}
-pid=$(cat "$root/.data/kafka/single/kafka.pid" 2>/dev/null || true)
-[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || { echo "kafka-profile: the single broker is not running (infra/local/stack.sh up)" >&2; exit 1; }
+node=${KAFKA_PROFILE_NODE:-single}
+case $node in
+  single) jport=19999 ;;
+  k3-[123]) jport=1999${node#k3-} ;;
+  *) echo "kafka-profile: KAFKA_PROFILE_NODE=$node: want single, k3-1, k3-2 or k3-3" >&2; exit 2 ;;
+esac
+pid=$(cat "$root/.data/kafka/$node/kafka.pid" 2>/dev/null || true)
+[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || { echo "kafka-profile: broker $node is not running (infra/local/stack.sh up, or up-kafka3)" >&2; exit 1; }
 jit_ticks=0 all_ticks=0
 for t in /proc/"$pid"/task/*; do
   # fields 14 and 15 (utime, stime) counted from the end of "(comm)", which may hold spaces
@@ -44,9 +53,9 @@ echo "since the broker started: $((all_ticks / hz)) CPU-s in all, of them $((jit
 [[ $secs == 0 ]] && exit 0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-jmx=service:jmx:rmi:///jndi/rmi://127.0.0.1:19999/jmxrmi
-if ! (exec 3<>/dev/tcp/127.0.0.1/19999) 2>/dev/null; then
-  jcmd "$pid" ManagementAgent.start jmxremote.port=19999 jmxremote.rmi.port=19999 jmxremote.host=127.0.0.1 \
+jmx=service:jmx:rmi:///jndi/rmi://127.0.0.1:$jport/jmxrmi
+if ! (exec 3<>/dev/tcp/127.0.0.1/$jport) 2>/dev/null; then
+  jcmd "$pid" ManagementAgent.start jmxremote.port=$jport jmxremote.rmi.port=$jport jmxremote.host=127.0.0.1 \
     jmxremote.authenticate=false jmxremote.ssl=false >/dev/null
 fi
 counts() { # -> "request count" lines

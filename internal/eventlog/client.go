@@ -42,12 +42,23 @@ const MetadataMinAge = 500 * time.Millisecond
 // (franz-go's default: 5s).
 const MaxRetryBackoff = time.Second
 
-// RetryBackoff is the wait before retry number fails (1-based): 100ms
+// RetryBackoff is the wait before retry number fails (1-based): 20ms
 // doubling up to MaxRetryBackoff, with up to 20% jitter taken off.
+//
+// The first step is short for transactions: on Kafka 4 (transaction
+// version 2) a transactional produce sent right after the previous
+// transaction's EndTxn is answered CONCURRENT_TRANSACTIONS until the
+// coordinator has written that transaction's markers, a few ms later, and
+// franz-go retries such a produce after this backoff. A sequencer starts
+// its next transaction at once, so most of them met it: with a first step
+// of 100ms the sequencers' produce stage averaged 145 ms at 250 msg/s on
+// the three-broker cluster, and every ACK waited for it. 20ms is the
+// backoff franz-go and the Java client use for CONCURRENT_TRANSACTIONS on
+// their own transaction requests.
 func RetryBackoff(fails int) time.Duration {
 	d := MaxRetryBackoff
 	if fails < 8 {
-		d = min(100*time.Millisecond<<max(fails-1, 0), MaxRetryBackoff)
+		d = min(20*time.Millisecond<<max(fails-1, 0), MaxRetryBackoff)
 	}
 	return d - time.Duration(rand.Int64N(int64(d)/5+1))
 }

@@ -10,11 +10,11 @@ func TestRetryBackoff(t *testing.T) {
 		fails    int
 		min, max time.Duration
 	}{
-		{0, 80 * time.Millisecond, 100 * time.Millisecond},
-		{1, 80 * time.Millisecond, 100 * time.Millisecond},
-		{2, 160 * time.Millisecond, 200 * time.Millisecond},
-		{4, 640 * time.Millisecond, 800 * time.Millisecond},
-		{5, 800 * time.Millisecond, MaxRetryBackoff},
+		{0, 16 * time.Millisecond, 20 * time.Millisecond},
+		{1, 16 * time.Millisecond, 20 * time.Millisecond},
+		{2, 32 * time.Millisecond, 40 * time.Millisecond},
+		{4, 128 * time.Millisecond, 160 * time.Millisecond},
+		{6, 512 * time.Millisecond, 640 * time.Millisecond},
 		{7, 800 * time.Millisecond, MaxRetryBackoff},
 		{60, 800 * time.Millisecond, MaxRetryBackoff},
 		{1 << 30, 800 * time.Millisecond, MaxRetryBackoff},

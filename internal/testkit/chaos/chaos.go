@@ -62,6 +62,9 @@ type Options struct {
 	// MaxFaults stops injecting after this many; 0: as many as fit in the
 	// send phase. MinFaults is the fewest a passing run injects (default 1).
 	MaxFaults, MinFaults int
+	// NoFaults runs the topology and the load without injecting any
+	// fault (the bench's replicated phase); MinFaults is then 0.
+	NoFaults bool
 	// Duration is the load's send phase; faults are injected during it,
 	// each only while its budget still fits. Default 15m.
 	Duration time.Duration
@@ -115,8 +118,11 @@ func (o *Options) defaults() error {
 	if len(o.Kinds) == 0 {
 		o.Kinds = AllKinds
 	}
-	if o.MinFaults == 0 {
+	if o.MinFaults == 0 && !o.NoFaults {
 		o.MinFaults = 1
+	}
+	if o.NoFaults {
+		o.MaxFaults, o.MinFaults = 0, 0
 	}
 	if o.Duration == 0 {
 		o.Duration = 15 * time.Minute
@@ -342,6 +348,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	for _, f := range Schedule(o.Seed, o.Kinds, 100_000, o.SessionTimeout) {
+		if o.NoFaults {
+			break
+		}
 		if o.MaxFaults > 0 && len(rep.Faults) >= o.MaxFaults {
 			break
 		}
