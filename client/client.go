@@ -71,6 +71,14 @@ type Options struct {
 	// a gap is filled and the store does not reach them; after it they are
 	// handed over past the hole (counted in Stats.GapTimeouts). Default 10s.
 	GapTimeout time.Duration
+	// GapWait is how long a gap a push showed is given to close by the
+	// pushes behind it before a fill syncs it. Default 250ms; negative:
+	// fill at once.
+	GapWait time.Duration
+	// SyncBudget bounds the sync pages the client requests per second
+	// for its fills, with a burst of twice that; fills wait for it, none
+	// is dropped. Default 10.
+	SyncBudget float64
 	// ResyncInterval runs changes (and the syncs it calls for) this often
 	// while connected, to find events whose push was lost at the end of a
 	// session where no later push shows the gap. Default 30s; negative: off.
@@ -170,11 +178,14 @@ type Stats struct {
 	Gaps              int64 // pushes that started a fill
 	GapTimeouts       int64 // fills that gave up waiting for the store
 	Synced            int64 // events received in sync pages
+	SyncPages         int64 // sync pages requested by fills
+	SyncsPaced        int64 // sync pages of fills that waited for SyncBudget
 }
 
 type counters struct {
 	Connects, Posted, Resent, RetryableErrors, DuplicateAcks, Accepted atomic.Int64
 	Delivered, DuplicatesDropped, Gaps, GapTimeouts, Synced            atomic.Int64
+	SyncPages, SyncsPaced                                              atomic.Int64
 }
 
 // Client is one user's device connected to seqflow. Its methods are safe
@@ -257,6 +268,15 @@ func New(opts Options) (*Client, error) {
 	def(&opts.GapTimeout, 10*time.Second, "GapTimeout")
 	def(&opts.RequestTimeout, 30*time.Second, "RequestTimeout")
 	def(&opts.WriteTimeout, 10*time.Second, "WriteTimeout")
+	if opts.GapWait == 0 {
+		opts.GapWait = 250 * time.Millisecond
+	}
+	switch {
+	case opts.SyncBudget == 0:
+		opts.SyncBudget = 10
+	case opts.SyncBudget < 0:
+		errs = append(errs, fmt.Errorf("SyncBudget: %v, want a positive number of pages per second", opts.SyncBudget))
+	}
 	if opts.ResyncInterval == 0 {
 		opts.ResyncInterval = 30 * time.Second
 	}
@@ -290,7 +310,8 @@ func New(opts Options) (*Client, error) {
 	c.snd.onFinish = opts.OnFinish
 	c.recovered = c.snd.recover(pending)
 	c.rcp = newReceipts(opts.DeliveredCount, opts.DeliveredInterval, c.writeDelivered)
-	c.rcv = newReceiver(newTracker(opts.Cursors, opts.SkipHistory), c.syncPage, opts.GapTimeout, &c.st, opts.OnEvent, c.rcp.add)
+	c.rcv = newReceiver(newTracker(opts.Cursors, opts.SkipHistory), c.syncPage,
+		recovery{gapTimeout: opts.GapTimeout, gapWait: max(opts.GapWait, 0), pagesPerSecond: opts.SyncBudget}, &c.st, opts.OnEvent, c.rcp.add)
 	return c, nil
 }
 
@@ -429,6 +450,7 @@ func (c *Client) serve(ctx context.Context, cn *conn, u string) error {
 	c.cur, c.userID = cn, cn.hello.UserID
 	close(c.connected)
 	c.mu.Unlock()
+	c.rcv.setSelf(cn.hello.UserID)
 	c.log.Info("connected", "url", u, "gateway_id", cn.hello.GatewayID, "conn_id", cn.hello.ConnID)
 	if c.opts.OnConnect != nil {
 		c.opts.OnConnect(Hello{ConnID: cn.hello.ConnID, UserID: cn.hello.UserID, DeviceID: cn.hello.DeviceID, GatewayID: cn.hello.GatewayID, URL: u})
@@ -585,6 +607,7 @@ func (c *Client) request(ctx context.Context, f *wire.ClientFrame) (serverFrame,
 }
 
 func (c *Client) syncPage(ctx context.Context, session string, after int64) ([]wire.Message, bool, error) {
+	c.st.SyncPages.Add(1)
 	r, err := c.request(ctx, &wire.ClientFrame{Op: wire.OpSync, SessionID: session, AfterSeq: after, Limit: c.opts.SyncLimit})
 	return r.Messages, r.HasMore, err
 }
@@ -898,6 +921,7 @@ func (c *Client) Stats() Stats {
 		RetryableErrors: s.RetryableErrors.Load(), Accepted: s.Accepted.Load(), DuplicateAcks: s.DuplicateAcks.Load(),
 		Delivered: s.Delivered.Load(), DuplicatesDropped: s.DuplicatesDropped.Load(),
 		Gaps: s.Gaps.Load(), GapTimeouts: s.GapTimeouts.Load(), Synced: s.Synced.Load(),
+		SyncPages: s.SyncPages.Load(), SyncsPaced: s.SyncsPaced.Load(),
 	}
 }
 

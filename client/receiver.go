@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/seqflow/seqflow/internal/wire"
 )
 
@@ -27,11 +29,15 @@ type receiver struct {
 	tr         *tracker
 	sync       syncer
 	gapTimeout time.Duration
-	pollMin    time.Duration
-	pollMax    time.Duration
-	stats      *counters
-	handle     func(Event)
-	delivered  func(session string, seq int64)
+	// gapWait: how long a gap a push showed may close by pushes already
+	// in flight before a fill starts; budget paces sync pages.
+	gapWait   time.Duration
+	budget    *rate.Limiter
+	pollMin   time.Duration
+	pollMax   time.Duration
+	stats     *counters
+	handle    func(Event)
+	delivered func(session string, seq int64)
 
 	mu     sync.Mutex
 	queue  []Event
@@ -41,11 +47,27 @@ type receiver struct {
 	closed bool
 }
 
-func newReceiver(tr *tracker, s syncer, gapTimeout time.Duration, stats *counters, handle func(Event), delivered func(string, int64)) *receiver {
+// recovery is how the receiver fills gaps: gapWait and budget (sync
+// pages per second, with a burst of twice that) of Options.
+type recovery struct {
+	gapTimeout, gapWait time.Duration
+	pagesPerSecond      float64
+}
+
+func newReceiver(tr *tracker, s syncer, rc recovery, stats *counters, handle func(Event), delivered func(string, int64)) *receiver {
+	burst := max(int(2*rc.pagesPerSecond), 1)
 	return &receiver{
-		tr: tr, sync: s, gapTimeout: gapTimeout, pollMin: 20 * time.Millisecond, pollMax: 500 * time.Millisecond,
+		tr: tr, sync: s, gapTimeout: rc.gapTimeout, gapWait: rc.gapWait, budget: rate.NewLimiter(rate.Limit(rc.pagesPerSecond), burst),
+		pollMin: 20 * time.Millisecond, pollMax: 500 * time.Millisecond,
 		stats: stats, handle: handle, delivered: delivered, wake: make(chan struct{}, 1),
 	}
+}
+
+// setSelf records the user's ID (each connection's hello names it).
+func (r *receiver) setSelf(user string) {
+	r.mu.Lock()
+	r.tr.self = user
+	r.mu.Unlock()
 }
 
 // hold buffers pushes until catchUp: called when a connection opens,
@@ -66,7 +88,7 @@ func (r *receiver) push(m wire.Message) {
 	r.emitLocked(res.deliver)
 	if res.startFill {
 		r.stats.Gaps.Add(1)
-		r.startFillLocked(m.SessionID)
+		r.startFillLocked(m.SessionID, r.gapWait)
 	}
 }
 
@@ -76,7 +98,7 @@ func (r *receiver) catchUp(changes []wire.SessionChange) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range r.tr.catchUp(changes, time.Now()) {
-		r.startFillLocked(s)
+		r.startFillLocked(s, 0)
 	}
 }
 
@@ -84,15 +106,34 @@ func (r *receiver) catchUp(changes []wire.SessionChange) {
 // buffered sessions are filled as if each push had shown a gap.
 func (r *receiver) release() { r.catchUp(nil) }
 
-func (r *receiver) startFillLocked(session string) {
+// startFillLocked starts a fill of session after wait: a gap a push
+// showed is often closed by the pushes behind it (a push path that lagged
+// or reordered), and a fill started at once would fetch what they bring.
+// The session stays marked filling meanwhile, so its later pushes do not
+// start fills of their own.
+func (r *receiver) startFillLocked(session string, wait time.Duration) {
 	if r.closed || r.ctx == nil {
 		r.tr.get(session, 0).filling = false
 		return
 	}
+	ctx := r.ctx
 	r.fills.Add(1)
 	go func() {
 		defer r.fills.Done()
-		r.fill(r.ctx, session)
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			r.mu.Lock()
+			if ctx.Err() != nil || !r.tr.needsFill(session) {
+				r.tr.get(session, 0).filling = false
+				r.mu.Unlock()
+				return
+			}
+			r.mu.Unlock()
+		}
+		r.fill(ctx, session)
 	}()
 }
 
@@ -101,6 +142,12 @@ func (r *receiver) startFillLocked(session string) {
 func (r *receiver) fill(ctx context.Context, session string) {
 	pause := r.pollMin
 	for {
+		if err := r.paced(ctx); err != nil {
+			r.mu.Lock()
+			r.tr.get(session, 0).filling = false
+			r.mu.Unlock()
+			return
+		}
 		r.mu.Lock()
 		after := r.tr.fillFrom(session)
 		r.mu.Unlock()
@@ -139,6 +186,25 @@ func (r *receiver) fill(ctx context.Context, session string) {
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, r.pollMax)
+	}
+}
+
+// paced waits for the budget to allow one more sync page: however many
+// sessions need a fill, the client's syncs stay within it (counted in
+// Stats.SyncsPaced when a page had to wait).
+func (r *receiver) paced(ctx context.Context) error {
+	res := r.budget.Reserve()
+	d := res.Delay()
+	if d == 0 {
+		return nil
+	}
+	r.stats.SyncsPaced.Add(1)
+	select {
+	case <-ctx.Done():
+		res.Cancel()
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
 	}
 }
 

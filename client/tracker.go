@@ -19,6 +19,12 @@ import (
 // the store, which holds a prefix of the session's log, has answered past
 // it; the store lags the log, so a fill polls until it does, for at most
 // the gap timeout.
+//
+// A member removed from a session and added back later resumes at its
+// re-add: the events sequenced while it was not a member are not handed
+// over (the app may page them with SyncBefore). Such a member gets no
+// pushes while away, so its re-add would otherwise look like a gap as
+// long as its absence, filled by sync at every rejoin.
 type tracker struct {
 	sessions map[string]*track
 	// skipHistory starts a session never seen before at its first known
@@ -26,6 +32,9 @@ type tracker struct {
 	skipHistory bool
 	// holding buffers every push (a connection's catch-up is pending).
 	holding bool
+	// self is the user's ID (from the connection's hello): events that
+	// remove or add it mark a session's away span.
+	self string
 }
 
 type track struct {
@@ -37,6 +46,9 @@ type track struct {
 	// filling is set while a fill runs; pushes are buffered meanwhile.
 	filling  bool
 	gapSince time.Time
+	// away: the last event handed over removed the user (until an event
+	// adds it back, what follows is skipped).
+	away bool
 }
 
 func newTracker(cursors map[string]int64, skipHistory bool) *tracker {
@@ -73,11 +85,21 @@ func (t *tracker) push(m wire.Message, now time.Time) pushResult {
 	if _, dup := s.buf[m.Seq]; dup || m.Seq <= s.have {
 		return pushResult{duplicate: true}
 	}
+	if s.away && t.addsSelf(m) {
+		// Added back: nothing between the removal and this was for the
+		// user, so the session resumes here without a fill.
+		for seq := range s.buf {
+			if seq < m.Seq {
+				delete(s.buf, seq)
+			}
+		}
+		s.have = m.Seq - 1
+	}
 	if m.Seq == s.have+1 {
 		// The next seq goes out at once, even during a fill or a catch-up:
 		// nothing can come before it.
-		s.have = m.Seq
-		out := s.drain([]wire.Message{m})
+		out := t.take(s, m, nil)
+		out = t.drain(s, out)
 		if len(s.buf) == 0 {
 			s.gapSince = time.Time{}
 		}
@@ -98,16 +120,44 @@ func (t *tracker) push(m wire.Message, now time.Time) pushResult {
 }
 
 // drain appends the buffered events that follow have without a hole.
-func (s *track) drain(out []wire.Message) []wire.Message {
+func (t *tracker) drain(s *track, out []wire.Message) []wire.Message {
 	for {
 		m, ok := s.buf[s.have+1]
 		if !ok {
 			return out
 		}
 		delete(s.buf, m.Seq)
-		s.have = m.Seq
-		out = append(out, m)
+		out = t.take(s, m, out)
 	}
+}
+
+// take moves have to m, the next event of s, and appends it to out unless
+// the user was away from the session at it.
+func (t *tracker) take(s *track, m wire.Message, out []wire.Message) []wire.Message {
+	s.have = m.Seq
+	switch {
+	case t.addsSelf(m):
+		s.away = false
+	case s.away:
+		return out
+	case t.removesSelf(m):
+		s.away = true
+	}
+	return append(out, m)
+}
+
+// removesSelf says whether m takes the user out of its session.
+func (t *tracker) removesSelf(m wire.Message) bool {
+	return t.self != "" && m.Kind == wire.KindMembership && m.Action == wire.ActionRemove && slices.Contains(m.UserIDs, t.self)
+}
+
+// addsSelf says whether m makes the user a member of its session.
+func (t *tracker) addsSelf(m wire.Message) bool {
+	if t.self == "" || !slices.Contains(m.UserIDs, t.self) {
+		return false
+	}
+	return (m.Kind == wire.KindMembership && m.Action == wire.ActionAdd) ||
+		(m.Kind == wire.KindGroupChange && m.Action == wire.ActionJoin) || m.Kind == wire.KindSessionCreate
 }
 
 // catchUp records a connection's changes result: every session whose
@@ -173,10 +223,9 @@ func (t *tracker) synced(session string, msgs []wire.Message, hasMore bool, now 
 			}
 		}
 		delete(s.buf, m.Seq)
-		s.have = m.Seq
-		out = append(out, m)
+		out = t.take(s, m, out)
 	}
-	out = s.drain(out)
+	out = t.drain(s, out)
 	if len(s.buf) == 0 && s.have >= s.target {
 		s.filling, s.gapSince, s.target = false, time.Time{}, 0
 		return syncResult{deliver: out, done: true}
@@ -188,8 +237,7 @@ func (t *tracker) synced(session string, msgs []wire.Message, hasMore bool, now 
 		}
 		slices.Sort(keys)
 		for _, seq := range keys {
-			out = append(out, s.buf[seq])
-			s.have = seq
+			out = t.take(s, s.buf[seq], out)
 		}
 		s.buf = nil
 		s.filling, s.gapSince, s.target = false, time.Time{}, 0
@@ -203,6 +251,13 @@ func (t *tracker) synced(session string, msgs []wire.Message, hasMore bool, now 
 func (t *tracker) abandon(session string) {
 	s := t.get(session, 0)
 	s.buf, s.filling, s.gapSince, s.target = nil, false, time.Time{}, 0
+}
+
+// needsFill says whether session still has a hole to fill: events held
+// above one, or a target the store holds beyond have.
+func (t *tracker) needsFill(session string) bool {
+	s := t.get(session, 0)
+	return len(s.buf) > 0 || s.target > s.have
 }
 
 // cursor returns have for session (0 when unknown).

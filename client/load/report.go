@@ -97,6 +97,10 @@ type Report struct {
 	// over Acked.
 	Synced         int64   `json:"synced"`
 	SyncedPerAcked float64 `json:"synced_per_acked"`
+	// SyncPages: sync requests of the clients' fills; SyncsPaced: those
+	// that waited for a client's sync budget (client.Options.SyncBudget).
+	SyncPages  int64 `json:"sync_pages"`
+	SyncsPaced int64 `json:"syncs_paced"`
 	// Errors counts final errors by name (and generator_queue_full when
 	// the paced generator could not hand a message to a stalled user).
 	Errors map[string]int64 `json:"errors"`
@@ -110,6 +114,17 @@ type Report struct {
 	// Timeline is every acked message's scheduled time and ACK latency,
 	// in ACK order, when Options.Timeline is set.
 	Timeline []TimelinePoint `json:"-"`
+	// Deliveries are the deliveries of DeliverSamples with their
+	// message's scheduled time, in no order (the chaos suite's delivery
+	// lag per minute).
+	Deliveries []DeliveryPoint `json:"-"`
+}
+
+// DeliveryPoint is one delivery to a member: when its message was
+// scheduled, and how many ms later the member's app had it.
+type DeliveryPoint struct {
+	At time.Time
+	Ms float64
 }
 
 // TimelinePoint is one acked message: when it was scheduled, and how many
@@ -178,6 +193,7 @@ func (r *run) report(sendSecs float64) Report {
 			if slices.Contains(m.expect, u) {
 				rep.Delivered++
 				rep.DeliverSamples = append(rep.DeliverSamples, m.deliveredMs[u])
+				rep.Deliveries = append(rep.Deliveries, DeliveryPoint{At: m.at, Ms: m.deliveredMs[u]})
 			} else {
 				rep.DeliveredAsHistory++
 			}
@@ -214,6 +230,8 @@ func (r *run) report(sendSecs float64) Report {
 		rep.RetryableErrors += st.RetryableErrors
 		rep.GapFills += st.Gaps
 		rep.Synced += st.Synced
+		rep.SyncPages += st.SyncPages
+		rep.SyncsPaced += st.SyncsPaced
 	}
 	if r.acked > 0 {
 		rep.SyncedPerAcked = float64(rep.Synced) / float64(r.acked)
@@ -251,8 +269,8 @@ func (rep Report) Table(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nclients: %d reconnects, %d resends, %d retryable errors, %d gap fills, %d events synced (%.2f per acked)\n",
-		rep.Reconnects, rep.Resent, rep.RetryableErrors, rep.GapFills, rep.Synced, rep.SyncedPerAcked)
+	fmt.Fprintf(w, "\nclients: %d reconnects, %d resends, %d retryable errors, %d gap fills, %d sync pages (%d paced), %d events synced (%.2f per acked)\n",
+		rep.Reconnects, rep.Resent, rep.RetryableErrors, rep.GapFills, rep.SyncPages, rep.SyncsPaced, rep.Synced, rep.SyncedPerAcked)
 	if rep.GovernanceOps > 0 {
 		fmt.Fprintf(w, "governance: %s\n", rep.GovernanceSummary())
 		fmt.Fprintf(w, "refused sends: %d %s; delivered after removal %d, as history %d, missed before removal %d\n",

@@ -43,7 +43,7 @@ func (b *Bench) Run(ctx context.Context) error {
 	phases := map[string]func(context.Context, *Results) error{
 		"sequencer": b.sequencer, "alloc": b.alloc, "persister": b.persister, "groups": b.groups,
 		"e2e": b.e2e, "floor": b.floor, "floor_split": b.floorSplit, "idle": b.idle, "fanout": b.fanout,
-		"replay": b.replay, "replay_live": b.replayLive,
+		"replay": b.replay, "replay_live": b.replayLive, "replicated": b.replicated,
 	}
 	defer b.dropLog()
 	for _, name := range Phases {
@@ -51,7 +51,11 @@ func (b *Bench) Run(ctx context.Context) error {
 			continue
 		}
 		b.log.Info("phase", "phase", name)
-		pctx, cancel := context.WithTimeout(ctx, b.cfg.PhaseTimeout)
+		timeout := b.cfg.PhaseTimeout
+		if name == "replicated" {
+			timeout = b.cfg.replicatedTimeout()
+		}
+		pctx, cancel := context.WithTimeout(ctx, timeout)
 		start := time.Now()
 		err := phases[name](pctx, r)
 		cancel()

@@ -13,7 +13,7 @@ import (
 )
 
 // Phases are the benchmark phases in the order they run.
-var Phases = []string{"sequencer", "alloc", "persister", "groups", "e2e", "floor", "floor_split", "idle", "fanout", "replay", "replay_live"}
+var Phases = []string{"sequencer", "alloc", "persister", "groups", "e2e", "floor", "floor_split", "idle", "fanout", "replay", "replay_live", "replicated"}
 
 // Config is the benchmark run, from environment variables.
 type Config struct {
@@ -116,6 +116,16 @@ type Config struct {
 	// ReplayLiveNice: SEQBENCH_REPLAY_LIVE_NICE, the -nice of the replay
 	// (0..19); -1, the default: the command's own default.
 	ReplayLiveNice int
+	// ReplicatedRates: SEQBENCH_REPLICATED_RATES, the msg/s of the
+	// replicated phase's runs, default 250,500.
+	ReplicatedRates []int
+	// ReplicatedRuns: SEQBENCH_REPLICATED_RUNS, runs per rate, default 3;
+	// its keys are medians.
+	ReplicatedRuns int
+	// ReplicatedDuration: SEQBENCH_REPLICATED_DURATION, the send phase of
+	// each run, default 90s. The phase's bound is its own: runs times
+	// (this plus 4m of set-up, drain and audit), not PhaseTimeout.
+	ReplicatedDuration time.Duration
 	// Doc: SEQBENCH_DOC, the doc whose generated section is rewritten,
 	// default docs/benchmarks.md; empty: no doc.
 	Doc string
@@ -165,6 +175,9 @@ func LoadConfig(e *config.Env) (Config, error) {
 		ReplayLiveDuration: e.Duration("SEQBENCH_REPLAY_LIVE_DURATION", 40*time.Second, 10*time.Second, 10*time.Minute),
 		ReplayLiveRate:     float64(e.Int("SEQBENCH_REPLAY_LIVE_RATE", replay.DefaultRate, 0, 10_000_000)),
 		ReplayLiveNice:     e.Int("SEQBENCH_REPLAY_LIVE_NICE", -1, -1, 19),
+		ReplicatedRates:    rates(e.List("SEQBENCH_REPLICATED_RATES", []string{"250", "500"})),
+		ReplicatedRuns:     e.Int("SEQBENCH_REPLICATED_RUNS", 3, 1, 20),
+		ReplicatedDuration: e.Duration("SEQBENCH_REPLICATED_DURATION", 90*time.Second, 30*time.Second, 30*time.Minute),
 		Doc:                e.Optional("SEQBENCH_DOC", "docs/benchmarks.md"),
 		JSON:               e.String("SEQBENCH_JSON", ".data/reports/bench.json"),
 		CPUProfile:         e.String("SEQBENCH_CPUPROFILE", ""),
@@ -183,6 +196,9 @@ func LoadConfig(e *config.Env) (Config, error) {
 		if !slices.Contains(Phases, p) {
 			errs = append(errs, fmt.Errorf("SEQBENCH_PHASES: unknown phase %q (want a subset of %v)", p, Phases))
 		}
+	}
+	if len(c.ReplicatedRates) == 0 {
+		errs = append(errs, errors.New("SEQBENCH_REPLICATED_RATES: want msg/s of 1..100000, comma-separated"))
 	}
 	if len(c.FanoutMembers) == 0 {
 		errs = append(errs, errors.New("SEQBENCH_FANOUT_MEMBERS: want group sizes of 2..200000, comma-separated"))
@@ -220,4 +236,18 @@ func sizeName(n int) string {
 		return strconv.Itoa(n/1000) + "k"
 	}
 	return strconv.Itoa(n)
+}
+
+// rates parses SEQBENCH_REPLICATED_RATES; nil when one is not a number
+// of 1..100000.
+func rates(list []string) []int {
+	var out []int
+	for _, s := range list {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 100_000 {
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
 }

@@ -102,6 +102,15 @@ var Targets = []Target{
 	{"replay_topic_events_per_s", "≥ 100,000 events/s", atLeast(100_000)},
 	{"export_events_per_s", "≥ 100,000 events/s", atLeast(100_000)},
 	{"e2e_ack_p99_replay_ratio", "≤ 1.2 (ACK p99 during a replay within 20 % of without)", atMost(1.2)},
+	// The replicated topology (three brokers, two of each service).
+	{"replicated_250_ack_p99_ms", "≤ 300 ms at 250 msg/s", atMost(300)},
+	{"replicated_250_deliver_p99_ms", "≤ 1,000 ms at 250 msg/s", atMost(1000)},
+	{"replicated_250_history_per_acked", "≤ 1.5 at 250 msg/s", atMost(1.5)},
+	{"replicated_250_busy_pct", "(the machine, at 250 msg/s)", nil},
+	{"replicated_500_ack_p99_ms", "(at 500 msg/s, as it comes out)", nil},
+	{"replicated_500_deliver_p99_ms", "(at 500 msg/s)", nil},
+	{"replicated_500_history_per_acked", "(at 500 msg/s)", nil},
+	{"replicated_500_busy_pct", "(the machine, at 500 msg/s)", nil},
 }
 
 // Verdict is one target row: met is "yes", "no", "—" (no goal) or "not

@@ -60,6 +60,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	minFaults := fs.Int("min-faults", 0, "fail when fewer faults were injected (default 50, -short 8)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds (default all, -short the short set); see internal/testkit/chaos")
 	sessionTimeout := fs.Duration("session-timeout", 6*time.Second, "consumer group session timeout of every service")
+	deliverBound := fs.Duration("deliver-p99-bound", 2*time.Second, "delivery-lag harm: a minute clear of faults whose deliver p99 is over this counts")
 	maxRecovery := fs.Duration("max-recovery", 2*time.Minute, "a fault not recovered within this fails the run")
 	jsonOut := fs.String("json", "", "report file (default .data/reports/chaos.json, -short .data/reports/chaos-short.json)")
 	keep := fs.Bool("keep", false, "keep the run's topics")
@@ -71,7 +72,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	o := chaos.Options{
 		Brokers: st.Kafka3Brokers, Root: st.Root, Seed: *seed, Duration: *duration, Rate: *rate, Users: *users,
 		Sessions: *sessions, Governance: *governance, Plaintext: *plaintext, EraseEvery: *eraseEvery, MaxFaults: *maxFaults, MinFaults: *minFaults, NoFaults: *noFaults, SessionTimeout: *sessionTimeout,
-		MaxRecovery: *maxRecovery, Keep: *keep, Out: out,
+		MaxRecovery: *maxRecovery, DeliverP99Bound: *deliverBound, Keep: *keep, Out: out,
 	}
 	if o.Governance == 0 {
 		o.Governance = -1 // off (chaos.Options takes 0 for its default)

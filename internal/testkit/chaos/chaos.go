@@ -97,6 +97,10 @@ type Options struct {
 	// SessionTimeout is every consumer group's session timeout; zombie
 	// pauses last longer than it. Default 6s.
 	SessionTimeout time.Duration
+	// DeliverP99Bound is the delivery-lag harm's bound: a minute clear of
+	// faults whose deliver p99 is over it counts (Report.DeliveryLag).
+	// Default 2s.
+	DeliverP99Bound time.Duration
 	// MaxRecovery bounds a fault's recovery; past it the fault counts as
 	// not recovered and the run fails. Default 2m.
 	MaxRecovery time.Duration
@@ -159,6 +163,9 @@ func (o *Options) defaults() error {
 	}
 	if o.MaxRecovery == 0 {
 		o.MaxRecovery = 2 * time.Minute
+	}
+	if o.DeliverP99Bound == 0 {
+		o.DeliverP99Bound = 2 * time.Second
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -334,6 +341,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	s.sendStart = time.Now()
 	sendEnd := s.sendStart.Add(o.Duration)
+	busy := &busyMeter{}
+	bg.Go(func() { busy.run(bctx, sendEnd) })
 	fmt.Fprintf(o.Out, "chaos %s: sending; faults from %s on (seed %d)\n", s.id, o.Warmup, o.Seed)
 	erased := make(chan struct{})
 	if o.EraseEvery > 0 {
@@ -416,6 +425,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	c.Erasure = ec
 	rep.Checks = c
 	rep.DurationS = time.Since(began).Seconds()
+	rep.DeliverP99BoundMs = float64(o.DeliverP99Bound) / float64(time.Millisecond)
+	at, ms := make([]float64, len(rep.Load.Deliveries)), make([]float64, len(rep.Load.Deliveries))
+	for i, d := range rep.Load.Deliveries {
+		at[i], ms[i] = d.At.Sub(s.sendStart).Seconds(), d.Ms
+	}
+	rep.DeliveryMinutes = deliveryMinutes(at, ms, rep.Faults, rep.RecoveryTargetS)
+	for i := range rep.DeliveryMinutes {
+		rep.DeliveryMinutes[i].BusyPct = busy.minute(i)
+	}
+	rep.BusyPct = busy.whole()
 	rep.judge(o.MinFaults)
 	return rep, nil
 }

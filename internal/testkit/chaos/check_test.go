@@ -96,6 +96,14 @@ func TestJudge(t *testing.T) {
 		{"a fault did not recover", func(r *Report) { r.Faults[2].Error = "not recovered" }, 1, false, "fault #3"},
 		{"the load failed", func(r *Report) { r.LoadError = "boom" }, 1, false, "load: boom"},
 		{"nothing acked", func(r *Report) { r.Acked = 0 }, 1, false, "nothing was acked"},
+		{"a fault-free minute's deliveries late", func(r *Report) {
+			r.DeliverP99BoundMs = 2000
+			r.DeliveryMinutes = []DeliveryMinute{{Minute: 0, P99Ms: 900, Judged: true}, {Minute: 1, P99Ms: 2500, Judged: true}}
+		}, 1, false, "delivery_lag = 1"},
+		{"late deliveries in a fault's window", func(r *Report) {
+			r.DeliverP99BoundMs = 2000
+			r.DeliveryMinutes = []DeliveryMinute{{Minute: 0, P99Ms: 9000, Faulted: true}, {Minute: 1, P99Ms: 9000}}
+		}, 1, true, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -283,5 +291,36 @@ func TestJudgeErasures(t *testing.T) {
 	}
 	if r := report(nil); !r.OK || r.Erasures != 0 {
 		t.Fatalf("erasures off: OK %v failures %q", r.OK, r.Failures)
+	}
+}
+
+// TestDeliveryMinutes: deliveries fall into the minutes of their
+// messages' scheduled time; a minute a fault's window (injection to end
+// of hold plus the recovery target) overlaps, or with too few deliveries,
+// is not judged.
+func TestDeliveryMinutes(t *testing.T) {
+	var at, ms []float64
+	for i := range 600 { // minutes 0..2: 200 deliveries each
+		at = append(at, float64(i)*0.3)
+		ms = append(ms, float64(100+i%200))
+	}
+	at, ms = append(at, 200), append(ms, 50_000)  // minute 3: one late delivery
+	faults := []FaultResult{{AtS: 100, HoldS: 5}} // window 100..116 with a 11s target
+	got := deliveryMinutes(at, ms, faults, 11)
+	if len(got) != 4 {
+		t.Fatalf("%d minutes, want 4: %+v", len(got), got)
+	}
+	want := []struct {
+		n              int
+		faulted, judge bool
+	}{{200, false, true}, {200, true, false}, {200, false, true}, {1, false, false}}
+	for i, w := range want {
+		m := got[i]
+		if m.Minute != i || m.Deliveries != w.n || m.Faulted != w.faulted || m.Judged != w.judge {
+			t.Fatalf("minute %d: %+v, want %d deliveries, faulted %v, judged %v", i, m, w.n, w.faulted, w.judge)
+		}
+	}
+	if got[0].P99Ms != 297 {
+		t.Fatalf("minute 0 p99 %.0f, want 297 (nearest rank of 100..299)", got[0].P99Ms)
 	}
 }

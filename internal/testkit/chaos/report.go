@@ -93,6 +93,16 @@ type Report struct {
 	Refused             int `json:"refused"`
 	MissedBeforeRemoval int `json:"missed_before_removal"`
 
+	// DeliveryLag is the harm of late deliveries: the minutes of the send
+	// phase clear of every fault's window (injection to end of hold plus
+	// the recovery target) whose deliver p99 was over DeliverP99BoundMs.
+	// DeliveryMinutes has every minute's figures.
+	DeliveryLag       int              `json:"delivery_lag"`
+	DeliverP99BoundMs float64          `json:"deliver_p99_bound_ms"`
+	DeliveryMinutes   []DeliveryMinute `json:"delivery_minutes,omitempty"`
+	// BusyPct: how busy the machine was over the send phase (all cores).
+	BusyPct float64 `json:"busy_pct"`
+
 	// Erasures: victims erased during the run (Checks.Erasure has the
 	// rest, and the erasures' harm counters).
 	Erasures int `json:"erasures"`
@@ -122,6 +132,50 @@ type Report struct {
 	Failures []string `json:"failures,omitempty"`
 }
 
+// DeliveryMinute is one minute of the send phase (by the messages'
+// scheduled time): its deliveries to members and their p99 latency, and
+// whether a fault's window overlapped it (then its lag is not judged).
+// Minutes with fewer than minJudged deliveries are not judged either.
+type DeliveryMinute struct {
+	Minute     int     `json:"minute"`
+	Deliveries int     `json:"deliveries"`
+	P99Ms      float64 `json:"p99_ms"`
+	Faulted    bool    `json:"faulted,omitempty"`
+	Judged     bool    `json:"judged"`
+	// BusyPct: how busy the machine was in the minute (all its cores).
+	BusyPct float64 `json:"busy_pct"`
+}
+
+// minJudged is the fewest deliveries in a minute whose p99 is judged.
+const minJudged = 100
+
+// deliveryMinutes splits deliveries (seconds after the send phase began,
+// latency ms) into minutes and marks those a fault's window overlaps.
+func deliveryMinutes(at, ms []float64, faults []FaultResult, recoveryTargetS float64) []DeliveryMinute {
+	byMin := map[int][]float64{}
+	last := -1
+	for i, t := range at {
+		m := max(int(t/60), 0)
+		byMin[m] = append(byMin[m], ms[i])
+		last = max(last, m)
+	}
+	out := make([]DeliveryMinute, 0, last+1)
+	for m := 0; m <= last; m++ {
+		v := byMin[m]
+		slices.Sort(v)
+		dm := DeliveryMinute{Minute: m, Deliveries: len(v), P99Ms: load.Quantile(v, 0.99)}
+		lo, hi := float64(m*60), float64((m+1)*60)
+		for _, f := range faults {
+			if f.AtS < hi && f.AtS+f.HoldS+recoveryTargetS > lo {
+				dm.Faulted = true
+			}
+		}
+		dm.Judged = !dm.Faulted && len(v) >= minJudged
+		out = append(out, dm)
+	}
+	return out
+}
+
 // judge fills the summary counters from the checks and the load report
 // and decides OK.
 func (r *Report) judge(minFaults int) {
@@ -135,6 +189,12 @@ func (r *Report) judge(minFaults int) {
 	r.AcceptedNotAllowed, r.DeliveredAfterRemoval = c.AcceptedNotAllowed, int(r.Load.DeliveredAfterRemoval)
 	r.GovernanceOps, r.Refused, r.MissedBeforeRemoval = int(r.Load.GovernanceOps), int(r.Load.Refused), int(r.Load.MissedBeforeRemoval)
 	r.RefusedInLog = c.RefusedInLog
+	r.DeliveryLag = 0
+	for _, m := range r.DeliveryMinutes {
+		if m.Judged && m.P99Ms > r.DeliverP99BoundMs {
+			r.DeliveryLag++
+		}
+	}
 	r.Erasures = 0
 	if c.Erasure != nil {
 		r.Erasures = c.Erasure.Erased
@@ -162,7 +222,7 @@ func (r *Report) judge(minFaults int) {
 	}{{"lost", r.Lost}, {"duplicated", r.Duplicated}, {"seq_reused", r.SeqReused}, {"seq_regressions", r.SeqRegressions},
 		{"order_violations", r.OrderViolations}, {"undelivered_online", r.UndeliveredOnline}, {"app_duplicates", r.AppDuplicates},
 		{"ack_seq_mismatch", c.AckSeqMismatch}, {"bad_duplicate_acks", c.BadDuplicateAcks}, {"accepted_not_allowed", r.AcceptedNotAllowed},
-		{"refused_in_log", r.RefusedInLog}, {"delivered_after_removal", r.DeliveredAfterRemoval},
+		{"refused_in_log", r.RefusedInLog}, {"delivered_after_removal", r.DeliveredAfterRemoval}, {"delivery_lag", r.DeliveryLag},
 		{"store_missing", c.StoreMissing}, {"store_extra", c.StoreExtra}, {"store_mismatched", c.StoreMismatched}} {
 		if h.n != 0 {
 			r.Failures = append(r.Failures, fmt.Sprintf("%s = %d", h.name, h.n))
@@ -221,6 +281,7 @@ func (r *Report) Table(w io.Writer) error {
 		{"order_violations", r.OrderViolations}, {"undelivered_online", r.UndeliveredOnline}, {"app_duplicates", r.AppDuplicates},
 		{"ack_seq_mismatch", r.Checks.AckSeqMismatch}, {"bad_duplicate_acks", r.Checks.BadDuplicateAcks},
 		{"accepted_not_allowed", r.AcceptedNotAllowed}, {"refused_in_log", r.RefusedInLog}, {"delivered_after_removal", r.DeliveredAfterRemoval},
+		{"delivery_lag", r.DeliveryLag},
 		{"store_missing/extra/mismatched", r.Checks.StoreMissing + r.Checks.StoreExtra + r.Checks.StoreMismatched}} {
 		fmt.Fprintf(tw, "%s\t%d\t\n", row.name, row.n)
 	}
@@ -243,6 +304,21 @@ func (r *Report) Table(w io.Writer) error {
 	if e := r.Checks.Erasure; e != nil {
 		fmt.Fprintf(w, "(erasures: %d victims, %d erased in %d admin calls (%d at a fault's injection, %d retried), %d victim messages acked, %d keys destroyed, %d sessions left, %d setup errors)\n",
 			e.Victims, e.Erased, e.Attempts, e.AtFaults, e.Retried, e.VictimSends, e.KeysDestroyed, e.SessionsLeft, e.SetupErrors)
+	}
+	if len(r.DeliveryMinutes) > 0 {
+		var mins []string
+		for _, m := range r.DeliveryMinutes {
+			mark := ""
+			switch {
+			case m.Faulted:
+				mark = "f"
+			case !m.Judged:
+				mark = "-"
+			}
+			mins = append(mins, fmt.Sprintf("%.0f%s (%.0f%%)", m.P99Ms, mark, m.BusyPct))
+		}
+		fmt.Fprintf(w, "(deliver p99 per minute, ms, and the machine's busy share; f: a fault's window, -: too few to judge; bound %.0f: %s; busy over the send phase %.0f%%)\n",
+			r.DeliverP99BoundMs, strings.Join(mins, " "), r.BusyPct)
 	}
 	fmt.Fprintf(w, "(probe round before faults: %s)\n", r.ProbeBaseline)
 	fmt.Fprintf(w, "(log events %d, store rows %d, sessions %d, max seq gap %d, late deliveries %d)\n\n",
