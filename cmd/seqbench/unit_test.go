@@ -8,6 +8,7 @@ import (
 
 	"github.com/seqflow/seqflow/client/load"
 	"github.com/seqflow/seqflow/internal/config"
+	"github.com/seqflow/seqflow/internal/testkit/chaos"
 )
 
 func TestParseBench(t *testing.T) {
@@ -246,5 +247,17 @@ func TestMedianReport(t *testing.T) {
 	}
 	if two := medianReport(reps[:2]); two.AckP99Ms != 106 {
 		t.Fatalf("median of two p99s: %v, want their mean 106", two.AckP99Ms)
+	}
+}
+
+// TestReplicatedAuditIgnoresDeliveryLag: the replicated phase fails a run
+// for what its audit found, not for the delivery lag it measures.
+func TestReplicatedAuditIgnoresDeliveryLag(t *testing.T) {
+	rep := &chaos.Report{Failures: []string{"delivery_lag = 2", "lost = 1"}}
+	if got := auditFailures(rep); len(got) != 1 || got[0] != "lost = 1" {
+		t.Fatalf("audit failures %q, want only the loss", got)
+	}
+	if got := auditFailures(&chaos.Report{Failures: []string{"delivery_lag = 1"}}); len(got) != 0 {
+		t.Fatalf("audit failures %q of a run that only lagged", got)
 	}
 }

@@ -35,6 +35,8 @@ type Pipeline struct {
 	Prefix string
 	ID     string
 	Pool   *pgxpool.Pool
+	// Pusher is the pipeline's pusher process (a test may pause it).
+	Pusher *proc.Proc
 	signer *auth.Signer
 	gwBin  string
 }
@@ -86,6 +88,7 @@ func Start(t *testing.T) *Pipeline {
 		proc.Start(t, "pusher", push, append(common, "PUSHER_GROUP=clt-push-"+id, "PUSHER_INSTANCE_ID=clt-"+id,
 			"PUSHER_ADMIN_ADDR="+proc.AnyPort, "PUSHER_RESET_OFFSET=start", "PUSHER_SESSION_TIMEOUT=6s")...),
 	}
+	p.Pusher = procs[2]
 	// Ready means partitions assigned: before that, the first commands
 	// would wait for a group join.
 	rctx, rcancel := context.WithTimeout(context.Background(), 90*time.Second)
