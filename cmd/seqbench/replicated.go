@@ -37,7 +37,7 @@ func (b *Bench) replicated(ctx context.Context, r *Results) error {
 			b.log.Info("replicated run", "rate", rate, "run", i+1)
 			rep, err := chaos.Run(ctx, chaos.Options{
 				Brokers: st.Kafka3Brokers, Root: b.cfg.Root, NoFaults: true, Duration: b.cfg.ReplicatedDuration,
-				Rate: float64(rate), Users: replicatedUsers, Sessions: replicatedSessions, EraseEvery: -1,
+				Rate: float64(rate), Users: replicatedUsers, Sessions: replicatedSessions, EraseEvery: -1, ServiceEnv: b.cfg.ServiceEnv,
 			})
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%d msg/s run %d: %w", rate, i+1, err))

@@ -63,6 +63,8 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	deliverBound := fs.Duration("deliver-p99-bound", 2*time.Second, "delivery-lag harm: a minute clear of faults whose deliver p99 is over this counts")
 	maxRecovery := fs.Duration("max-recovery", 2*time.Minute, "a fault not recovered within this fails the run")
 	jsonOut := fs.String("json", "", "report file (default .data/reports/chaos.json, -short .data/reports/chaos-short.json)")
+	serviceEnv := fs.String("env", "", "space-separated NAME=value added to every service's environment (experiments)")
+	deliveredInterval := fs.Duration("delivered-interval", 0, "load: the clients' delivered-receipt window (0: the SDK's default)")
 	keep := fs.Bool("keep", false, "keep the run's topics")
 	verbose := fs.Bool("v", false, "log the suite's events to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -72,7 +74,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	o := chaos.Options{
 		Brokers: st.Kafka3Brokers, Root: st.Root, Seed: *seed, Duration: *duration, Rate: *rate, Users: *users,
 		Sessions: *sessions, Governance: *governance, Plaintext: *plaintext, EraseEvery: *eraseEvery, MaxFaults: *maxFaults, MinFaults: *minFaults, NoFaults: *noFaults, SessionTimeout: *sessionTimeout,
-		MaxRecovery: *maxRecovery, DeliverP99Bound: *deliverBound, Keep: *keep, Out: out,
+		MaxRecovery: *maxRecovery, DeliverP99Bound: *deliverBound, ServiceEnv: strings.Fields(*serviceEnv), DeliveredInterval: *deliveredInterval, Keep: *keep, Out: out,
 	}
 	if o.Governance == 0 {
 		o.Governance = -1 // off (chaos.Options takes 0 for its default)

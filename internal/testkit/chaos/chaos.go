@@ -104,6 +104,12 @@ type Options struct {
 	// MaxRecovery bounds a fault's recovery; past it the fault counts as
 	// not recovered and the run fails. Default 2m.
 	MaxRecovery time.Duration
+	// ServiceEnv is added to every service's environment after the
+	// suite's own settings (NAME=value), for experiments.
+	ServiceEnv []string
+	// DeliveredInterval is the load's clients' delivered-receipt window
+	// (client.Options.DeliveredInterval); 0: the SDK's default.
+	DeliveredInterval time.Duration
 	// Keep leaves the run's topics in place (they are deleted by default).
 	Keep bool
 	// Log gets the suite's own events (faults, recoveries). Default discard.
@@ -329,7 +335,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		lr, err := load.Run(ctx, load.Options{
 			Gateways: urls, Secret: s.secret, Users: o.Users, Sessions: o.Sessions, GroupShare: 0.5, GroupSize: min(4, o.Users),
 			Rate: o.Rate, Duration: o.Duration, Drain: 90 * time.Second, BodyBytes: 64, UserPrefix: "c" + s.id, Governance: o.Governance,
-			Progress: writerFunc(func(p []byte) (int, error) { once.Do(func() { close(started) }); return len(p), nil }),
+			DeliveredInterval: o.DeliveredInterval,
+			Progress:          writerFunc(func(p []byte) (int, error) { once.Do(func() { close(started) }); return len(p), nil }),
 		})
 		loadDone <- result{lr, err}
 	}()
@@ -555,7 +562,7 @@ func (s *suite) setup(ctx context.Context) error {
 		pkg := map[string]string{"sequencer": "./sequencer", "persister": "./persister", "pusher": "./pusher", "gateway": "./producer-gw"}
 		for _, svc := range services {
 			p := &proc.Proc{Name: svc + "-" + name, Bin: bins[pkg[svc]],
-				Env: append(append(append([]string(nil), common...), env[svc]...), adminVar[svc]+"="+proc.AnyPort),
+				Env: append(append(append(append([]string(nil), common...), env[svc]...), o.ServiceEnv...), adminVar[svc]+"="+proc.AnyPort),
 				Log: filepath.Join(o.Dir, svc+"-"+name+".log")}
 			if err := p.Start(); err != nil {
 				return &SetupError{"start " + p.Name, err}
