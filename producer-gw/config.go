@@ -171,6 +171,23 @@ type Config struct {
 	// its user's other devices' requests.
 	RatePerDevice   int
 	RateDeviceBurst int
+	// SyncConcurrency: GATEWAY_SYNC_CONCURRENCY, sync and changes requests
+	// reading the message store at once on this gateway, default 8: a slot
+	// is held only for one request's reads (a membership check and a page
+	// of at most GATEWAY_MAX_SYNC_LIMIT rows, or one changes), so a few
+	// turn over quickly, and a reconnect storm waits in the gateway rather
+	// than as PostgreSQL backends. Give the PostgreSQL pool
+	// (pool_max_conns in SEQFLOW_PG_URL; pgx's default is the larger of 4
+	// and the CPU count) more connections than this, so commands and the
+	// push path's key reads do not queue behind a full set of page reads.
+	// SyncQueueWait: GATEWAY_SYNC_QUEUE_WAIT, how long one more waits for
+	// a slot, in arrival order, default 250ms (a burst that clears within
+	// it costs no retry; a shed client learns it long before the request's
+	// 3 s store bound, out of which the wait comes: at most 2s); 0: no
+	// wait. Past it the request is answered "unavailable" (retryable) and
+	// counted in seqflow_gateway_sync_shed_total. Pushes never take a slot.
+	SyncConcurrency int
+	SyncQueueWait   time.Duration
 	// Limits: GATEWAY_MAX_FRAME_BYTES (default 65536), GATEWAY_MAX_BODY_BYTES
 	// (16384), GATEWAY_MAX_MEMBERS per request (500), GATEWAY_MAX_SYNC_LIMIT
 	// (200, page default 50).
@@ -328,6 +345,8 @@ func LoadConfig(e *config.Env) (Config, error) {
 		RatePerUser:            e.Int("GATEWAY_RATE_PER_USER", 50, 1, 1_000_000),
 		RateBurst:              e.Int("GATEWAY_RATE_BURST", 100, 1, 1_000_000),
 		RatePerDevice:          e.Int("GATEWAY_RATE_PER_DEVICE", 0, 0, 1_000_000),
+		SyncConcurrency:        e.Int("GATEWAY_SYNC_CONCURRENCY", 8, 1, 10_000),
+		SyncQueueWait:          e.Duration("GATEWAY_SYNC_QUEUE_WAIT", 250*time.Millisecond, 0, 2*time.Second),
 		Heartbeat:              e.Duration("GATEWAY_HEARTBEAT", 15*time.Second, 100*time.Millisecond, 10*time.Minute),
 		IdleTimeout:            e.Duration("GATEWAY_IDLE_TIMEOUT", 60*time.Second, 300*time.Millisecond, time.Hour),
 		WriteTimeout:           e.Duration("GATEWAY_WRITE_TIMEOUT", 10*time.Second, 100*time.Millisecond, 5*time.Minute),

@@ -76,6 +76,18 @@ func TestLoadConfig(t *testing.T) {
 		{name: "missing redis", unset: []string{"SEQFLOW_REDIS_ADDR"}, wantErr: "SEQFLOW_REDIS_ADDR"},
 		{name: "bad duration", set: map[string]string{"GATEWAY_ACK_WAIT": "soon"}, wantErr: "GATEWAY_ACK_WAIT"},
 		{name: "in flight out of range", set: map[string]string{"GATEWAY_MAX_IN_FLIGHT": "0"}, wantErr: "GATEWAY_MAX_IN_FLIGHT"},
+		{name: "sync slots default", check: func(t *testing.T, c Config) {
+			if c.SyncConcurrency != 8 || c.SyncQueueWait != 250*time.Millisecond {
+				t.Fatalf("sync concurrency %d, queue wait %v, want 8, 250ms", c.SyncConcurrency, c.SyncQueueWait)
+			}
+		}},
+		{name: "sync slots set, no queue wait", set: map[string]string{"GATEWAY_SYNC_CONCURRENCY": "2", "GATEWAY_SYNC_QUEUE_WAIT": "0"}, check: func(t *testing.T, c Config) {
+			if c.SyncConcurrency != 2 || c.SyncQueueWait != 0 {
+				t.Fatalf("sync concurrency %d, queue wait %v, want 2, 0", c.SyncConcurrency, c.SyncQueueWait)
+			}
+		}},
+		{name: "no sync slot", set: map[string]string{"GATEWAY_SYNC_CONCURRENCY": "0"}, wantErr: "GATEWAY_SYNC_CONCURRENCY"},
+		{name: "sync queue wait past the store bound", set: map[string]string{"GATEWAY_SYNC_QUEUE_WAIT": "3s"}, wantErr: "GATEWAY_SYNC_QUEUE_WAIT"},
 		{name: "bad gateway id", set: map[string]string{"GATEWAY_ID": "gw|1"}, wantErr: "GATEWAY_ID"},
 		{name: "bad addr", set: map[string]string{"GATEWAY_ADDR": "8080"}, wantErr: "GATEWAY_ADDR"},
 		{name: "idle not above heartbeat", set: map[string]string{"GATEWAY_HEARTBEAT": "30s", "GATEWAY_IDLE_TIMEOUT": "20s"}, wantErr: "GATEWAY_IDLE_TIMEOUT"},

@@ -314,6 +314,7 @@ func (g *Gateway) compose() {
 	g.settings = newSettings(presence.NewSettings(g.rdb), g.log)
 	g.recounter = newRecounter(g.store, g.log, g.m)
 	g.history = newHistory(g.store, g.members, g.settings, g.log)
+	g.history.slots = newSyncSlots(g.cfg.SyncConcurrency, g.cfg.SyncQueueWait, g.m)
 	if g.keys != nil {
 		b := &bodies{ks: g.keys, log: g.log, m: g.m}
 		g.up.bodies, g.down.bodies, g.history.bodies = b, b, b

@@ -46,6 +46,9 @@ type history struct {
 	log     *slog.Logger
 	// bodies opens sealed bodies (nil: no KEK).
 	bodies *bodies
+	// slots bounds the sync and changes requests reading the store at
+	// once (nil: no bound).
+	slots *syncSlots
 }
 
 func newHistory(st historyStore, members historyMembers, privacy *settings, log *slog.Logger) *history {
@@ -57,6 +60,10 @@ func newHistory(st historyStore, members historyMembers, privacy *settings, log 
 // f.AroundSeq (see page).
 func (h *history) sync(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.SyncResult, *apierr.Error) {
 	res := wire.SyncResult{Op: wire.OpResult, ReqID: f.ReqID, SessionID: f.SessionID, Messages: []wire.Message{}}
+	if err := h.slots.acquire(ctx, wire.OpSync); err != nil {
+		return res, err
+	}
+	defer h.slots.release()
 	if err := requireMember(ctx, h.members, h.log, f.SessionID, p.UserID); err != nil {
 		return res, err
 	}
@@ -127,6 +134,10 @@ func (h *history) changes(ctx context.Context, p auth.Principal, f *wire.ClientF
 // changesStates is changes with the store's states it answered from,
 // which seed a connection's unread counts.
 func (h *history) changesStates(ctx context.Context, p auth.Principal, f *wire.ClientFrame) (wire.ChangesResult, []store.SessionState, *apierr.Error) {
+	if err := h.slots.acquire(ctx, wire.OpChanges); err != nil {
+		return wire.ChangesResult{}, nil, err
+	}
+	defer h.slots.release()
 	states, err := h.store.Changes(ctx, p.UserID)
 	if err != nil {
 		return wire.ChangesResult{}, nil, storeError(err)

@@ -195,6 +195,9 @@ func (a *api) serveFrame(w http.ResponseWriter, r *http.Request, p auth.Principa
 	}
 	if !isCommand(f.Op) {
 		res, aerr := a.query(r.Context(), p, f)
+		if aerr == errSyncBusy {
+			w.Header().Set("Retry-After", "1")
+		}
 		if aerr != nil {
 			a.httpError(w, "", aerr)
 			return

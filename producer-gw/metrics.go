@@ -55,6 +55,11 @@ type metrics struct {
 	// connRefusals counts connections and requests refused by a
 	// connection cap, by cap: total, ip, user.
 	connRefusals *prometheus.CounterVec
+	// syncShed counts sync and changes requests answered unavailable for
+	// want of a slot (syncslots.go), by op; syncSlotsInUse is the slots
+	// held.
+	syncShed       *prometheus.CounterVec
+	syncSlotsInUse prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -172,9 +177,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		connRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqflow_gateway_conn_refusals_total", Help: "Connections and requests refused by a connection cap, by cap (total, ip, user).",
 		}, []string{"cap"}),
+		syncShed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqflow_gateway_sync_shed_total",
+			Help: "Sync and changes requests answered unavailable (retryable) because every slot of GATEWAY_SYNC_CONCURRENCY stayed taken for GATEWAY_SYNC_QUEUE_WAIT, by op (sync, changes).",
+		}, []string{"op"}),
+		syncSlotsInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqflow_gateway_sync_slots_in_use", Help: "Sync and changes requests reading the message store now (at most GATEWAY_SYNC_CONCURRENCY).",
+		}),
 	}
 	reg.MustRegister(m.sockets, m.connRefusals, m.connections, m.connects, m.closes, m.frames, m.errors, m.acks, m.ackSeconds, m.produceSecs, m.ackStages,
 		m.notices, m.pushItems, m.pushLag, m.receipts, m.receiptFails, m.presenceErrs, m.rateFallbacks, m.rateLeases, m.signals, m.badBatches, m.pushBatches, m.seqResults, m.seqArrival, m.seqEarly,
-		m.pushRejected, m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors, m.bodiesSealed, m.cursorsBounded)
+		m.pushRejected, m.deviceSignals, m.signOutChecks, m.unreadRecounts, m.keyErrors, m.bodiesSealed, m.cursorsBounded,
+		m.syncShed, m.syncSlotsInUse)
 	return m
 }
