@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -261,4 +262,45 @@ func TestSetupRejectsBadEndpoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKafkaRequestsCounted: the requests hook counts written requests by
+// type, not failed writes, and a second client on the same registry
+// shares the counter instead of panicking.
+func TestKafkaRequestsCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_ = KafkaMetrics(reg)
+	_ = KafkaMetrics(reg)
+	rc := requestCounter{reg2counter(t, reg)}
+	rc.OnBrokerWrite(kgo.BrokerMetadata{}, 0, 10, 0, 0, nil)                            // Produce
+	rc.OnBrokerWrite(kgo.BrokerMetadata{}, 1, 10, 0, 0, nil)                            // Fetch
+	rc.OnBrokerWrite(kgo.BrokerMetadata{}, 1, 10, 0, 0, nil)                            // Fetch
+	rc.OnBrokerWrite(kgo.BrokerMetadata{}, 0, 10, 0, 0, errors.New("connection reset")) // not written
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "seqflow_kafka_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	if got["Produce"] != 1 || got["Fetch"] != 2 || len(got) != 2 {
+		t.Fatalf("requests counted %v, want Produce 1 and Fetch 2", got)
+	}
+}
+
+// reg2counter returns the requests counter KafkaMetrics registered.
+func reg2counter(t *testing.T, reg *prometheus.Registry) *prometheus.CounterVec {
+	t.Helper()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "seqflow_kafka_requests_total", Help: "Requests written to Kafka brokers by this process's clients, by request type."}, []string{"request"})
+	var are prometheus.AlreadyRegisteredError
+	if err := reg.Register(c); !errors.As(err, &are) {
+		t.Fatalf("the requests counter was not registered: %v", err)
+	}
+	return are.ExistingCollector.(*prometheus.CounterVec)
 }
