@@ -67,6 +67,10 @@ export interface ClientOptions {
   syncLimit?: number;
   /** How long later events of a session are held while a gap is filled and the store does not reach them. Default 10000 ms. */
   gapTimeoutMs?: number;
+  /** How long a gap a push showed is given to close by the pushes behind it before a fill syncs it. Default 250 ms; negative: fill at once. */
+  gapWaitMs?: number;
+  /** Bounds the sync pages the client requests per second for its fills, with a burst of twice that; fills wait for it, none is dropped. Default 10. */
+  syncBudget?: number;
   /** changes (and the syncs it calls for) runs this often while connected. Default 30000 ms; negative: off. */
   resyncIntervalMs?: number;
   /** changes runs once more this long after each connection's catch-up (the store lags the log). Default 1000 ms; negative: off. */
@@ -187,6 +191,10 @@ export interface Stats {
   gaps: number;
   gapTimeouts: number;
   synced: number;
+  /** Sync pages requested by fills. */
+  syncPages: number;
+  /** Sync pages of fills that waited for syncBudget. */
+  syncsPaced: number;
 }
 
 /** The answer to changes: every session of the user and the unread total. */
@@ -205,6 +213,8 @@ interface Resolved {
   deliveredIntervalMs: number;
   syncLimit: number;
   gapTimeoutMs: number;
+  gapWaitMs: number;
+  syncBudget: number;
   resyncIntervalMs: number;
   recheckAfterMs: number;
   requestTimeoutMs: number;
@@ -256,6 +266,8 @@ export class Client {
     gaps: 0,
     gapTimeouts: 0,
     synced: 0,
+    syncPages: 0,
+    syncsPaced: 0,
   };
   /** The commands read from the outbox by open; resent once connected. Wait on them to learn their ACKs. */
   recovered: Pending[] = [];
@@ -307,6 +319,8 @@ export class Client {
       deliveredIntervalMs: num(opts.deliveredIntervalMs, 100, 'deliveredIntervalMs'),
       syncLimit: num(opts.syncLimit, 200, 'syncLimit', 1, 200),
       gapTimeoutMs: num(opts.gapTimeoutMs, 10_000, 'gapTimeoutMs'),
+      gapWaitMs: Math.max(opts.gapWaitMs || 250, 0),
+      syncBudget: num(opts.syncBudget, 10, 'syncBudget'),
       resyncIntervalMs: opts.resyncIntervalMs || 30_000,
       recheckAfterMs: opts.recheckAfterMs || 1_000,
       requestTimeoutMs: num(opts.requestTimeoutMs, 30_000, 'requestTimeoutMs'),
@@ -330,7 +344,7 @@ export class Client {
     this.rcv = new Receiver(
       new Tracker(opts.cursors ?? {}, opts.skipHistory ?? false),
       (s, after) => this.syncPage(s, after),
-      this.o.gapTimeoutMs,
+      { gapTimeoutMs: this.o.gapTimeoutMs, gapWaitMs: this.o.gapWaitMs, syncBudget: this.o.syncBudget },
       this.stats,
       opts.onEvent,
       (s, seq) => this.rcp.add(s, seq),
@@ -466,6 +480,7 @@ export class Client {
     this.rcv.hold();
     this.cur = cn;
     this.userId = cn.hello.user_id ?? '';
+    this.rcv.setSelf(this.userId);
     for (const w of this.connWaiters.splice(0)) w.resolve(cn);
     this.log.info('connected', { url: u, gateway_id: cn.hello.gateway_id, conn_id: cn.hello.conn_id });
     this.opts.onConnect?.({

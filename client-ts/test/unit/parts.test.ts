@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { backoffDelay } from '../../src/backoff.js';
+import { TokenBucket } from '../../src/budget.js';
 import { ErrorCode, HandshakeError, ServerError, isAuth, isRetryable, isSignedOut, ConnectionLostError } from '../../src/errors.js';
 import { FileOutbox } from '../../src/file-outbox.js';
 import { directSessionId, newMessageId } from '../../src/ids.js';
@@ -23,6 +24,29 @@ describe('backoff', () => {
       assert.equal(backoffDelay(100, 5000, attempt, () => 0), d / 2);
       assert.ok(backoffDelay(100, 5000, attempt, () => 0.999) < d);
     }
+  });
+});
+
+describe('TokenBucket', () => {
+  it('gives a burst at once, then one token per 1/rate, waiters in turn', () => {
+    let now = 1_000;
+    const b = new TokenBucket(10, 20, () => now);
+    for (let i = 0; i < 20; i++) assert.equal(b.reserve(), 0, `token ${i} of the burst`);
+    assert.equal(b.reserve(), 100);
+    assert.equal(b.reserve(), 200, 'a second waiter waits behind the first');
+    now += 200; // the two waiters' tokens
+    assert.equal(b.reserve(), 100);
+    now += 60_000;
+    for (let i = 0; i < 20; i++) assert.equal(b.reserve(), 0);
+    assert.ok(b.reserve() > 0, 'no more than the burst is saved up');
+  });
+  it('keeps a slow rate with a burst of one', () => {
+    let now = 0;
+    const b = new TokenBucket(0.5, 1, () => now);
+    assert.equal(b.reserve(), 0);
+    assert.equal(b.reserve(), 2_000);
+    now -= 5_000; // a clock set back refills nothing
+    assert.equal(b.reserve(), 4_000);
   });
 });
 

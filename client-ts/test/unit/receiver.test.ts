@@ -1,12 +1,19 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { Receiver } from '../../src/receiver.js';
+import { Receiver, type Recovery } from '../../src/receiver.js';
 import { Tracker } from '../../src/tracker.js';
 import type { Event } from '../../src/wire.js';
 
-const ev = (seq: number): Event => ({ session_id: 's', seq, msg_id: String(seq), sender_user_id: 'u', server_ts: 0, kind: 'message' });
+const ev = (seq: number, session = 's'): Event => ({ session_id: session, seq, msg_id: String(seq), sender_user_id: 'u', server_ts: 0, kind: 'message' });
+/** A membership event of session s at seq that adds or removes user. */
+const membership = (seq: number, action: string, user: string): Event => ({ ...ev(seq), kind: 'membership', action, user_ids: [user] });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const stats = () => ({ delivered: 0, duplicatesDropped: 0, gaps: 0, gapTimeouts: 0, synced: 0 });
+const stats = () => ({ delivered: 0, duplicatesDropped: 0, gaps: 0, gapTimeouts: 0, synced: 0, syncPages: 0, syncsPaced: 0 });
+/** The receiver's recovery with the client's defaults but the gap timeout. */
+const recovery = (gapTimeoutMs: number): Recovery => ({ gapTimeoutMs, gapWaitMs: 250, syncBudget: 10 });
+const rethrow = (e: unknown) => {
+  throw e;
+};
 
 /** A small seeded PRNG (mulberry32), so a failure replays. */
 function rng(seed: number): () => number {
@@ -27,7 +34,10 @@ function rng(seed: number): () => number {
 class FakeStore {
   log: Event[] = [];
   stored = 0;
+  /** Sync pages asked for. */
+  pages = 0;
   sync = async (_session: string, after: number) => {
+    this.pages++;
     await sleep(1);
     const out: Event[] = [];
     for (const m of this.log.slice(0, this.stored)) {
@@ -52,7 +62,7 @@ describe('Receiver', () => {
       const got: number[] = [];
       const delivered: number[] = [];
       const st = stats();
-      const rc = new Receiver(new Tracker(), store.sync, 3_600_000, st, (e) => void got.push(e.seq), (_s, q) => void delivered.push(q), (e) => {
+      const rc = new Receiver(new Tracker(), store.sync, recovery(3_600_000), st, (e) => void got.push(e.seq), (_s, q) => void delivered.push(q), (e) => {
         throw e;
       });
       for (const [i, m] of store.log.entries()) {
@@ -89,7 +99,7 @@ describe('Receiver', () => {
     store.stored = 1;
     const got: number[] = [];
     const st = stats();
-    const rc = new Receiver(new Tracker(), store.sync, 300, st, (e) => void got.push(e.seq), () => {}, () => {});
+    const rc = new Receiver(new Tracker(), store.sync, recovery(300), st, (e) => void got.push(e.seq), () => {}, () => {});
     rc.push(ev(1));
     rc.push(ev(3)); // seq 2 is pushed nowhere and never stored
     rc.push(ev(4));
@@ -103,7 +113,7 @@ describe('Receiver', () => {
 
   it('awaits an async handler before the next event', async () => {
     const order: string[] = [];
-    const rc = new Receiver(new Tracker(), new FakeStore().sync, 1000, stats(), async (e) => {
+    const rc = new Receiver(new Tracker(), new FakeStore().sync, recovery(1000), stats(), async (e) => {
       order.push(`start ${e.seq}`);
       await sleep(20);
       order.push(`end ${e.seq}`);
@@ -114,6 +124,120 @@ describe('Receiver', () => {
     await rc.close();
     assert.deepEqual(order, ['start 1', 'end 1', 'start 2', 'end 2']);
     assert.deepEqual(rc.cursors(), { s: 2 });
+  });
+
+  it('waits for pushes in flight: a gap they close costs no sync, one they do not is filled after the gap wait', async () => {
+    const store = new FakeStore();
+    store.log = [1, 2, 3, 4, 5, 6].map((q) => ev(q));
+    store.stored = 6;
+    const got: number[] = [];
+    const rc = new Receiver(new Tracker(), store.sync, recovery(3_600_000), stats(), (e) => void got.push(e.seq), () => {}, rethrow);
+    rc.push(ev(1));
+    rc.push(ev(3)); // 2 is behind it on the push path
+    await sleep(100);
+    rc.push(ev(2));
+    await sleep(500);
+    assert.deepEqual(got, [1, 2, 3]);
+    assert.equal(store.pages, 0, 'a gap closed by a push in flight was synced');
+    rc.push(ev(6)); // 4 and 5 were lost
+    await sleep(200);
+    assert.equal(store.pages, 0, 'a fill started before the gap wait was over');
+    for (let i = 0; i < 100 && got.length < 6; i++) await sleep(20);
+    await rc.close();
+    assert.deepEqual(got, [1, 2, 3, 4, 5, 6], 'a gap no push closed is filled');
+    assert.ok(store.pages > 0);
+  });
+
+  describe('resumes at re-add: a member removed and added back is handed its removal, then its re-add and what follows', () => {
+    const log = [ev(1), membership(2, 'remove', 'me')];
+    for (let q = 3; q < 40; q++) log.push(ev(q));
+    log.push(membership(40, 'add', 'me'), ev(41));
+    const want = [1, 2, 40, 41];
+
+    it('pushed: no sync at all', async () => {
+      const store = new FakeStore();
+      store.log = log;
+      store.stored = log.length;
+      const got: number[] = [];
+      const tr = new Tracker();
+      tr.self = 'me';
+      const rc = new Receiver(tr, store.sync, recovery(3_600_000), stats(), (e) => void got.push(e.seq), () => {}, rethrow);
+      rc.push(log[0]!);
+      rc.push(log[1]!);
+      rc.push(log.at(-2)!); // nothing is pushed to a non-member
+      rc.push(log.at(-1)!);
+      await sleep(600); // past the gap wait
+      await rc.close();
+      assert.deepEqual(got, want);
+      assert.equal(store.pages, 0, 'the absence was synced');
+    });
+
+    it('filled: the events of the absence are not handed over', async () => {
+      const store = new FakeStore();
+      store.log = log;
+      store.stored = log.length;
+      const got: number[] = [];
+      const tr = new Tracker({ s: 0 });
+      tr.self = 'me';
+      const rc = new Receiver(tr, store.sync, recovery(3_600_000), stats(), (e) => void got.push(e.seq), () => {}, rethrow);
+      rc.catchUp([{ session_id: 's', max_seq: 41, read_seq: 0, unread: 0 }]); // offline through it all
+      for (let i = 0; i < 100 && tr.cursor('s') < 41; i++) await sleep(20);
+      await sleep(20);
+      await rc.close();
+      assert.deepEqual(got, want);
+    });
+
+    it("another user's removal: everything is handed over", async () => {
+      const store = new FakeStore();
+      store.log = log;
+      store.stored = log.length;
+      const got: number[] = [];
+      const tr = new Tracker({ s: 0 });
+      tr.self = 'someone else';
+      const rc = new Receiver(tr, store.sync, recovery(3_600_000), stats(), (e) => void got.push(e.seq), () => {}, rethrow);
+      rc.catchUp([{ session_id: 's', max_seq: 41, read_seq: 0, unread: 0 }]);
+      for (let i = 0; i < 100 && got.length < log.length; i++) await sleep(20);
+      await rc.close();
+      assert.deepEqual(got, log.map((m) => m.seq));
+    });
+  });
+
+  it('keeps to the sync budget however many sessions need a fill at once, and still fills every one', async () => {
+    // 16 sessions of 10 events take 3 pages of 4 each: 48 pages at 10 a
+    // second after a burst of 20.
+    const sessions = 16;
+    const stores = new Map<string, FakeStore>();
+    const changes = [];
+    for (let i = 0; i < sessions; i++) {
+      const id = `s${String(i).padStart(2, '0')}`;
+      const st = new FakeStore();
+      for (let q = 1; q <= 10; q++) st.log.push(ev(q, id));
+      st.stored = st.log.length;
+      stores.set(id, st);
+      changes.push({ session_id: id, max_seq: 10, read_seq: 0, unread: 0 });
+    }
+    const pages: number[] = [];
+    const sync = (session: string, after: number) => {
+      pages.push(Date.now());
+      return stores.get(session)!.sync(session, after);
+    };
+    let got = 0;
+    const st = stats();
+    const rc = new Receiver(new Tracker(), sync, recovery(3_600_000), st, () => void got++, () => {}, rethrow);
+    const start = Date.now();
+    rc.catchUp(changes);
+    for (let i = 0; i < 250 && got < sessions * 10; i++) await sleep(20);
+    await rc.close();
+    assert.equal(got, sessions * 10);
+    // A late timer only makes the pages later: the bound holds however
+    // busy the machine is.
+    for (const w of [500, 1_000, 2_000]) {
+      const n = pages.filter((p) => p - start < w).length;
+      const limit = 20 + (10 * w) / 1000;
+      assert.ok(n <= limit, `${n} sync pages in the first ${w} ms, budget ${limit}`);
+    }
+    assert.ok(st.syncsPaced > 0, 'no page waited for the budget');
+    assert.equal(st.syncPages, pages.length);
   });
 });
 

@@ -12,6 +12,8 @@ const ev = (seq: number, session = 's'): Event => ({
   kind: 'message',
 });
 const seqs = (es: Event[]) => es.map((e) => e.seq);
+/** An event of session s at seq of kind and action, naming users. */
+const naming = (seq: number, kind: string, action: string, users: string[]): Event => ({ ...ev(seq), kind, action, user_ids: users });
 
 describe('Tracker', () => {
   it('delivers the next seq at once and drops duplicates', () => {
@@ -70,6 +72,28 @@ describe('Tracker', () => {
     );
     assert.deepEqual(fill, ['a', 'b']);
     assert.equal(t.holding, false);
+  });
+
+  it('skips what follows the removal of self until an event adds it back: a membership add, a group join, a session create', () => {
+    for (const readd of [naming(6, 'membership', 'add', ['me']), naming(6, 'group', 'join', ['me']), naming(6, 'session_create', '', ['x', 'me'])]) {
+      const t = new Tracker({ s: 1 });
+      t.self = 'me';
+      const away = [naming(2, 'membership', 'remove', ['x', 'me']), ev(3), naming(4, 'membership', 'add', ['x']), naming(5, 'group', 'join', ['y'])];
+      const s = t.synced('s', [...away, readd, ev(7)], false, 0, 10_000);
+      assert.deepEqual(seqs(s.deliver), [2, 6, 7], `re-added by ${readd.kind}`);
+      assert.equal(t.cursor('s'), 7);
+    }
+  });
+
+  it('jumps to a pushed re-add while away, dropping what is held below it, with no fill', () => {
+    const t = new Tracker({ s: 1 });
+    t.self = 'me';
+    assert.deepEqual(seqs(t.push(naming(2, 'membership', 'remove', ['me']), 0).deliver), [2]);
+    assert.equal(t.push(ev(5), 0).startFill, true, 'an event after the removal shows a gap');
+    const r = t.push(naming(9, 'membership', 'add', ['me']), 0);
+    assert.deepEqual(seqs(r.deliver), [9]);
+    assert.equal(t.needsFill('s'), false, 'nothing left to fill');
+    assert.deepEqual(seqs(t.push(ev(10), 0).deliver), [10]);
   });
 
   it('skipHistory starts unknown sessions at their latest seq', () => {

@@ -65,6 +65,8 @@ export class Client {
         gaps: 0,
         gapTimeouts: 0,
         synced: 0,
+        syncPages: 0,
+        syncsPaced: 0,
     };
     /** The commands read from the outbox by open; resent once connected. Wait on them to learn their ACKs. */
     recovered = [];
@@ -121,6 +123,8 @@ export class Client {
             deliveredIntervalMs: num(opts.deliveredIntervalMs, 100, 'deliveredIntervalMs'),
             syncLimit: num(opts.syncLimit, 200, 'syncLimit', 1, 200),
             gapTimeoutMs: num(opts.gapTimeoutMs, 10_000, 'gapTimeoutMs'),
+            gapWaitMs: Math.max(opts.gapWaitMs || 250, 0),
+            syncBudget: num(opts.syncBudget, 10, 'syncBudget'),
             resyncIntervalMs: opts.resyncIntervalMs || 30_000,
             recheckAfterMs: opts.recheckAfterMs || 1_000,
             requestTimeoutMs: num(opts.requestTimeoutMs, 30_000, 'requestTimeoutMs'),
@@ -135,7 +139,7 @@ export class Client {
         this.snd = new Sender(this.o.inFlight, this.o.ackTimeoutMs, this.o.acceptedTimeoutMs, this.o.minBackoffMs, this.o.maxBackoffMs, opts.outbox, this.stats);
         this.snd.onFinish = opts.onFinish;
         this.rcp = new Receipts(this.o.deliveredCount, this.o.deliveredIntervalMs, (cs) => this.writeDelivered(cs));
-        this.rcv = new Receiver(new Tracker(opts.cursors ?? {}, opts.skipHistory ?? false), (s, after) => this.syncPage(s, after), this.o.gapTimeoutMs, this.stats, opts.onEvent, (s, seq) => this.rcp.add(s, seq), (e) => this.log.warn('onEvent threw', { err: String(e) }), opts.cursors ?? {});
+        this.rcv = new Receiver(new Tracker(opts.cursors ?? {}, opts.skipHistory ?? false), (s, after) => this.syncPage(s, after), { gapTimeoutMs: this.o.gapTimeoutMs, gapWaitMs: this.o.gapWaitMs, syncBudget: this.o.syncBudget }, this.stats, opts.onEvent, (s, seq) => this.rcp.add(s, seq), (e) => this.log.warn('onEvent threw', { err: String(e) }), opts.cursors ?? {});
     }
     /** open validates opts, applies defaults and reads the outbox (its commands become recovered). */
     static async open(opts) {
@@ -267,6 +271,7 @@ export class Client {
         this.rcv.hold();
         this.cur = cn;
         this.userId = cn.hello.user_id ?? '';
+        this.rcv.setSelf(this.userId);
         for (const w of this.connWaiters.splice(0))
             w.resolve(cn);
         this.log.info('connected', { url: u, gateway_id: cn.hello.gateway_id, conn_id: cn.hello.conn_id });

@@ -10,11 +10,19 @@
 // the store, which holds a prefix of the session's log, has answered past
 // it; the store lags the log, so a fill polls until it does, for at most
 // the gap timeout.
+//
+// A member removed from a session and added back later resumes at its
+// re-add: the events sequenced while it was not a member are not handed
+// over (the app may page them with syncBefore). Such a member gets no
+// pushes while away, so its re-add would otherwise look like a gap as
+// long as its absence, filled by sync at every rejoin.
 export class Tracker {
     skipHistory;
     sessions = new Map();
     /** Every push is buffered while a connection's catch-up is pending. */
     holding = false;
+    /** The user's ID (from the connection's hello): events that remove or add it mark a session's away span. */
+    self = '';
     constructor(cursors = {}, skipHistory = false) {
         this.skipHistory = skipHistory;
         for (const [s, seq] of Object.entries(cursors))
@@ -33,11 +41,18 @@ export class Tracker {
         const s = this.get(m.session_id, m.seq);
         if (s.buf.has(m.seq) || m.seq <= s.have)
             return { deliver: [], duplicate: true, startFill: false };
+        if (s.away && this.addsSelf(m)) {
+            // Added back: nothing between the removal and this was for the
+            // user, so the session resumes here without a fill.
+            for (const seq of s.buf.keys())
+                if (seq < m.seq)
+                    s.buf.delete(seq);
+            s.have = m.seq - 1;
+        }
         if (m.seq === s.have + 1) {
             // The next seq goes out at once, even during a fill or a catch-up:
             // nothing can come before it.
-            s.have = m.seq;
-            const out = drain(s, [m]);
+            const out = this.drain(s, this.take(s, m, []));
             if (s.buf.size === 0)
                 s.gapSince = 0;
             return { deliver: out, duplicate: false, startFill: false };
@@ -99,10 +114,9 @@ export class Tracker {
                 if (seq < m.seq)
                     s.buf.delete(seq);
             s.buf.delete(m.seq);
-            s.have = m.seq;
-            out.push(m);
+            this.take(s, m, out);
         }
-        drain(s, out);
+        this.drain(s, out);
         if (s.buf.size === 0 && s.have >= s.target) {
             s.filling = false;
             s.gapSince = 0;
@@ -111,10 +125,8 @@ export class Tracker {
         }
         if (!hasMore && s.gapSince !== 0 && now - s.gapSince >= gapTimeoutMs) {
             const keys = [...s.buf.keys()].sort((a, b) => a - b);
-            for (const seq of keys) {
-                out.push(s.buf.get(seq));
-                s.have = seq;
-            }
+            for (const seq of keys)
+                this.take(s, s.buf.get(seq), out);
             s.buf.clear();
             s.filling = false;
             s.gapSince = 0;
@@ -131,22 +143,48 @@ export class Tracker {
         s.gapSince = 0;
         s.target = 0;
     }
+    /** needsFill says whether session still has a hole to fill: events held above one, or a target the store holds beyond have. */
+    needsFill(session) {
+        const s = this.get(session);
+        return s.buf.size > 0 || s.target > s.have;
+    }
     /** have of session (0 when unknown). */
     cursor(session) {
         return this.sessions.get(session)?.have ?? 0;
     }
+    /** drain appends the buffered events that follow have without a hole. */
+    drain(s, out) {
+        for (;;) {
+            const m = s.buf.get(s.have + 1);
+            if (!m)
+                return out;
+            s.buf.delete(m.seq);
+            this.take(s, m, out);
+        }
+    }
+    /** take moves have to m, the next event of s, and appends it to out unless the user was away from the session at it. */
+    take(s, m, out) {
+        s.have = m.seq;
+        if (this.addsSelf(m))
+            s.away = false;
+        else if (s.away)
+            return out;
+        else if (this.removesSelf(m))
+            s.away = true;
+        out.push(m);
+        return out;
+    }
+    /** removesSelf says whether m takes the user out of its session. */
+    removesSelf(m) {
+        return this.self !== '' && m.kind === 'membership' && m.action === 'remove' && (m.user_ids ?? []).includes(this.self);
+    }
+    /** addsSelf says whether m makes the user a member of its session. */
+    addsSelf(m) {
+        if (this.self === '' || !(m.user_ids ?? []).includes(this.self))
+            return false;
+        return (m.kind === 'membership' && m.action === 'add') || (m.kind === 'group' && m.action === 'join') || m.kind === 'session_create';
+    }
 }
 function newTrack(have) {
-    return { have, target: 0, buf: new Map(), filling: false, gapSince: 0 };
-}
-/** drain appends the buffered events that follow have without a hole. */
-function drain(s, out) {
-    for (;;) {
-        const m = s.buf.get(s.have + 1);
-        if (!m)
-            return out;
-        s.buf.delete(m.seq);
-        s.have = m.seq;
-        out.push(m);
-    }
+    return { have, target: 0, buf: new Map(), filling: false, gapSince: 0, away: false };
 }
