@@ -126,6 +126,17 @@ type Config struct {
 	// each run, default 90s. The phase's bound is its own: runs times
 	// (this plus 4m of set-up, drain and audit), not PhaseTimeout.
 	ReplicatedDuration time.Duration
+	// ReplicatedWarmup: SEQBENCH_REPLICATED_WARMUP, the send phase of an
+	// unmeasured first run at the first rate, default 60s; 0: none. The
+	// brokers compile their hot paths for minutes after a start (their
+	// JIT took 45 of the first 140 CPU-s at 250 msg/s), and the runs
+	// measure them warm, as they run in production.
+	ReplicatedWarmup time.Duration
+	// ReplicatedEnv: SEQBENCH_REPLICATED_ENV, space-separated NAME=value
+	// the replicated phase's services get (after SEQBENCH_SERVICE_ENV),
+	// default the settings docs/operations.md gives for a replicated
+	// cluster: GATEWAY_PRODUCE_LINGER=20ms PERSISTER_FETCH_WAIT=500ms.
+	ReplicatedEnv []string
 	// Doc: SEQBENCH_DOC, the doc whose generated section is rewritten,
 	// default docs/benchmarks.md; empty: no doc.
 	Doc string
@@ -178,13 +189,15 @@ func LoadConfig(e *config.Env) (Config, error) {
 		ReplicatedRates:    rates(e.List("SEQBENCH_REPLICATED_RATES", []string{"250", "500"})),
 		ReplicatedRuns:     e.Int("SEQBENCH_REPLICATED_RUNS", 3, 1, 20),
 		ReplicatedDuration: e.Duration("SEQBENCH_REPLICATED_DURATION", 90*time.Second, 30*time.Second, 30*time.Minute),
+		ReplicatedWarmup:   e.Duration("SEQBENCH_REPLICATED_WARMUP", 60*time.Second, 0, 30*time.Minute),
+		ReplicatedEnv:      strings.Fields(e.String("SEQBENCH_REPLICATED_ENV", "GATEWAY_PRODUCE_LINGER=20ms PERSISTER_FETCH_WAIT=500ms")),
 		Doc:                e.Optional("SEQBENCH_DOC", "docs/benchmarks.md"),
 		JSON:               e.String("SEQBENCH_JSON", ".data/reports/bench.json"),
 		CPUProfile:         e.String("SEQBENCH_CPUPROFILE", ""),
 		ServiceEnv:         strings.Fields(e.String("SEQBENCH_SERVICE_ENV", "")),
 	}
 	errs := []error{e.Err()}
-	for _, kv := range c.ServiceEnv {
+	for _, kv := range append(slices.Clone(c.ServiceEnv), c.ReplicatedEnv...) {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			errs = append(errs, fmt.Errorf("SEQBENCH_SERVICE_ENV: %q is not NAME=value", kv))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 	"github.com/seqflow/seqflow/internal/testkit/chaos"
 )
 
-// replicated runs the production topology of the chaos suite without its
+// replicated runs, after an unmeasured warm-up run, the production
+// topology of the chaos suite without its
 // faults: the three-broker cluster (replication 3, min.insync.replicas 2),
 // two of every service as processes of their own, and the suite's load
 // mix (SDK users in groups of 4 and direct sessions, delivered and read
@@ -29,16 +31,28 @@ func (b *Bench) replicated(ctx context.Context, r *Results) error {
 	if len(st.Kafka3Brokers) != 3 {
 		return errors.New("the replicated phase needs the three-broker cluster: run `go tool task up:kafka3` (bench.sh starts it when the phase is selected)")
 	}
+	opts := func(rate int, d time.Duration) chaos.Options {
+		return chaos.Options{
+			Brokers: st.Kafka3Brokers, Root: b.cfg.Root, NoFaults: true, Duration: d,
+			Rate: float64(rate), Users: replicatedUsers, Sessions: replicatedSessions, EraseEvery: -1,
+			ServiceEnv: append(slices.Clone(b.cfg.ServiceEnv), b.cfg.ReplicatedEnv...),
+		}
+	}
 	var errs []error
+	if w := b.cfg.ReplicatedWarmup; w > 0 {
+		b.log.Info("replicated warm-up", "rate", b.cfg.ReplicatedRates[0], "duration", w)
+		if rep, err := chaos.Run(ctx, opts(b.cfg.ReplicatedRates[0], w)); err != nil {
+			errs = append(errs, fmt.Errorf("warm-up: %w", err))
+		} else if harm := auditFailures(rep); len(harm) > 0 {
+			errs = append(errs, fmt.Errorf("warm-up (logs %s): %s", rep.Config["logs"], strings.Join(harm, "; ")))
+		}
+	}
 	var rows []string
 	for _, rate := range b.cfg.ReplicatedRates {
 		var reps []*chaos.Report
 		for i := range b.cfg.ReplicatedRuns {
 			b.log.Info("replicated run", "rate", rate, "run", i+1)
-			rep, err := chaos.Run(ctx, chaos.Options{
-				Brokers: st.Kafka3Brokers, Root: b.cfg.Root, NoFaults: true, Duration: b.cfg.ReplicatedDuration,
-				Rate: float64(rate), Users: replicatedUsers, Sessions: replicatedSessions, EraseEvery: -1, ServiceEnv: b.cfg.ServiceEnv,
-			})
+			rep, err := chaos.Run(ctx, opts(rate, b.cfg.ReplicatedDuration))
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%d msg/s run %d: %w", rate, i+1, err))
 				continue
@@ -51,7 +65,8 @@ func (b *Bench) replicated(ctx context.Context, r *Results) error {
 		if len(reps) == 0 {
 			continue
 		}
-		src := fmt.Sprintf("SEQBENCH_PHASES=replicated go tool task bench (%d runs at %d msg/s, %s each; medians)", len(reps), rate, b.cfg.ReplicatedDuration)
+		src := fmt.Sprintf("SEQBENCH_PHASES=replicated go tool task bench (%d runs at %d msg/s, %s each, services with %s; medians)",
+			len(reps), rate, b.cfg.ReplicatedDuration, strings.Join(b.cfg.ReplicatedEnv, " "))
 		key := func(k string) string { return fmt.Sprintf("replicated_%d_%s", rate, k) }
 		ack := median(reps, func(r *chaos.Report) float64 { return r.Load.AckP99Ms })
 		del := median(reps, func(r *chaos.Report) float64 { return r.Load.DeliverP99Ms })
@@ -75,10 +90,11 @@ func (b *Bench) replicated(ctx context.Context, r *Results) error {
 			"`SEQBENCH_PHASES=replicated go tool task bench`: the chaos suite's topology and load mix without faults\n"+
 			"(%d SDK users, %d sessions, half of them groups of 4, receipts and governance), %s send phase per run,\n"+
 			"medians of %d runs per rate. Deliver: to members at the message's seq. History: events the clients\n"+
-			"received in sync pages per acked message. Busy: the whole machine over the send phase.\n\n"+
+			"received in sync pages per acked message. Busy: the whole machine over the send phase. The services run\n"+
+			"with `%s` (`SEQBENCH_REPLICATED_ENV`).\n\n"+
 			"| target msg/s | acked msg/s | ACK p50 ms | ACK p99 ms | deliver p99 ms | history per acked | busy | each run's ACK p99 / deliver p99 ms |\n"+
 			"|---|---|---|---|---|---|---|---|\n%s\n",
-			replicatedUsers, replicatedSessions, b.cfg.ReplicatedDuration, b.cfg.ReplicatedRuns, strings.Join(rows, "\n")))
+			replicatedUsers, replicatedSessions, b.cfg.ReplicatedDuration, b.cfg.ReplicatedRuns, strings.Join(b.cfg.ReplicatedEnv, " "), strings.Join(rows, "\n")))
 	}
 	return errors.Join(errs...)
 }
@@ -104,5 +120,5 @@ const (
 // replicatedTimeout bounds the phase: each run sets up, sends for
 // ReplicatedDuration, drains and is audited.
 func (c Config) replicatedTimeout() time.Duration {
-	return time.Duration(len(c.ReplicatedRates)*c.ReplicatedRuns) * (c.ReplicatedDuration + 4*time.Minute)
+	return time.Duration(len(c.ReplicatedRates)*c.ReplicatedRuns)*(c.ReplicatedDuration+4*time.Minute) + c.ReplicatedWarmup + 4*time.Minute
 }
