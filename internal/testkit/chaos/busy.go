@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"context"
+	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,4 +100,89 @@ func (m *busyMeter) whole() float64 {
 		return 0
 	}
 	return busyPct(m.samples[0], m.end)
+}
+
+// procCPU returns the CPU seconds (user and system) pid used so far, 0
+// when it is gone.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// comm may hold spaces: the fields after it start past the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// commPids returns the pids whose command name is comm.
+func commPids(comm string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && strings.TrimSpace(string(b)) == comm {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// groupCPU is the CPU seconds used so far by each group of the run's
+// processes: every instance of each service, the brokers and the
+// controllers of the three-broker cluster, PostgreSQL and Redis (all
+// their processes on the machine) and this process (the load, its
+// clients, the proxies and the probe).
+func (s *suite) groupCPU() map[string]float64 {
+	out := map[string]float64{}
+	for svc, ps := range s.procs {
+		for _, p := range ps {
+			out[svc] += procCPU(p.Pid())
+		}
+	}
+	for _, n := range []string{"k3-1", "k3-2", "k3-3", "k3c-1", "k3c-2", "k3c-3"} {
+		b, err := os.ReadFile(filepath.Join(s.o.Root, ".data", "kafka", n, "kafka.pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			continue
+		}
+		g := "kafka brokers"
+		if strings.HasPrefix(n, "k3c-") {
+			g = "kafka controllers"
+		}
+		out[g] += procCPU(pid)
+	}
+	for _, comm := range []string{"postgres", "redis-server"} {
+		for _, pid := range commPids(comm) {
+			out[comm] += procCPU(pid)
+		}
+	}
+	out["load, proxies and probe"] += procCPU(os.Getpid())
+	return out
+}
+
+// coresBetween turns two groupCPU snapshots secs apart into cores.
+func coresBetween(a, b map[string]float64, secs float64) map[string]float64 {
+	out := map[string]float64{}
+	if secs <= 0 {
+		return out
+	}
+	for g, v := range b {
+		out[g] = math.Round(1000*max(v-a[g], 0)/secs) / 1000
+	}
+	return out
 }

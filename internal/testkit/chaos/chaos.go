@@ -350,6 +350,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	sendEnd := s.sendStart.Add(o.Duration)
 	busy := &busyMeter{}
 	bg.Go(func() { busy.run(bctx, sendEnd) })
+	cpuStart := s.groupCPU()
+	var cpuEnd map[string]float64
+	bg.Go(func() {
+		select {
+		case <-bctx.Done():
+		case <-time.After(time.Until(sendEnd)):
+			cpuEnd = s.groupCPU()
+		}
+	})
 	fmt.Fprintf(o.Out, "chaos %s: sending; faults from %s on (seed %d)\n", s.id, o.Warmup, o.Seed)
 	erased := make(chan struct{})
 	if o.EraseEvery > 0 {
@@ -442,6 +451,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.DeliveryMinutes[i].BusyPct = busy.minute(i)
 	}
 	rep.BusyPct = busy.whole()
+	if cpuEnd != nil {
+		rep.CPUCores = coresBetween(cpuStart, cpuEnd, o.Duration.Seconds())
+	}
 	rep.judge(o.MinFaults)
 	return rep, nil
 }

@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seqflow/seqflow/client/load"
 	"github.com/seqflow/seqflow/internal/keystore"
@@ -322,5 +324,23 @@ func TestDeliveryMinutes(t *testing.T) {
 	}
 	if got[0].P99Ms != 297 {
 		t.Fatalf("minute 0 p99 %.0f, want 297 (nearest rank of 100..299)", got[0].P99Ms)
+	}
+}
+
+// TestCPUCores: a process's CPU time is read from /proc, and two
+// snapshots turn into cores per group.
+func TestCPUCores(t *testing.T) {
+	before := procCPU(os.Getpid())
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
+	}
+	if after := procCPU(os.Getpid()); after <= before {
+		t.Fatalf("CPU time of this process %.2f s after %.2f s of spinning", after, before)
+	}
+	if procCPU(-1) != 0 {
+		t.Fatal("a process that does not exist used CPU")
+	}
+	got := coresBetween(map[string]float64{"a": 10, "b": 5}, map[string]float64{"a": 40, "b": 5, "c": 3}, 60)
+	if got["a"] != 0.5 || got["b"] != 0 || got["c"] != 0.05 {
+		t.Fatalf("cores %v, want a 0.5, b 0, c 0.05", got)
 	}
 }

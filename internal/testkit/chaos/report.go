@@ -1,8 +1,10 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -101,7 +103,10 @@ type Report struct {
 	DeliverP99BoundMs float64          `json:"deliver_p99_bound_ms"`
 	DeliveryMinutes   []DeliveryMinute `json:"delivery_minutes,omitempty"`
 	// BusyPct: how busy the machine was over the send phase (all cores).
-	BusyPct float64 `json:"busy_pct"`
+	// CPUCores: the cores each group of processes used over it (a process
+	// restarted meanwhile counts from its restart only).
+	BusyPct  float64            `json:"busy_pct"`
+	CPUCores map[string]float64 `json:"cpu_cores,omitempty"`
 
 	// Erasures: victims erased during the run (Checks.Erasure has the
 	// rest, and the erasures' harm counters).
@@ -319,6 +324,15 @@ func (r *Report) Table(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "(deliver p99 per minute, ms, and the machine's busy share; f: a fault's window, -: too few to judge; bound %.0f: %s; busy over the send phase %.0f%%)\n",
 			r.DeliverP99BoundMs, strings.Join(mins, " "), r.BusyPct)
+	}
+	if len(r.CPUCores) > 0 {
+		groups := slices.Sorted(maps.Keys(r.CPUCores))
+		slices.SortStableFunc(groups, func(a, b string) int { return cmp.Compare(r.CPUCores[b], r.CPUCores[a]) })
+		var parts []string
+		for _, g := range groups {
+			parts = append(parts, fmt.Sprintf("%s %.2f", g, r.CPUCores[g]))
+		}
+		fmt.Fprintf(w, "(cores over the send phase: %s)\n", strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(w, "(probe round before faults: %s)\n", r.ProbeBaseline)
 	fmt.Fprintf(w, "(log events %d, store rows %d, sessions %d, max seq gap %d, late deliveries %d)\n\n",
