@@ -22,7 +22,7 @@ func TestPausedPusherKeepsFillsInBudget(t *testing.T) {
 	const (
 		n      = 240
 		budget = 4.0 // pages per second, burst 8
-		page   = 4 // small pages: the fills need more than the budget
+		page   = 4   // small pages: the fills need more than the budget
 	)
 	tune := func(o *Options) { o.ResyncInterval, o.SyncBudget, o.SyncLimit = time.Second, budget, page }
 	names := []string{user("sender"), user("m1"), user("m2"), user("m3")}

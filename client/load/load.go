@@ -212,6 +212,7 @@ type run struct {
 	msgs      map[string]*sent // client_msg_id → message
 	ackMs     []float64
 	timeline  []TimelinePoint
+	minutes   []ClientMinute
 	lastSeq   []map[string]int64 // per recipient: session → last seq handed over
 	created   map[string]map[int]bool
 	errs      map[string]int64
@@ -290,8 +291,13 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return Report{}, err
 	}
 	began := time.Now()
+	mctx, stopMinutes := context.WithCancel(ctx)
+	minutesDone := make(chan []ClientMinute, 1)
+	go func() { minutesDone <- r.clientMinutes(mctx, began) }()
 	r.send(ctx)
 	sendSecs := time.Since(began).Seconds()
+	stopMinutes()
+	r.minutes = <-minutesDone
 	r.drain(ctx)
 	r.govWG.Wait() // an operation in flight at the end has its answer
 	r.settleHistory(ctx)
@@ -585,6 +591,38 @@ func (r *run) send(ctx context.Context) {
 				post(u, s, time.Now(), n)
 			}
 		})
+	}
+}
+
+// clientMinutes sums the clients' recovery counters at each minute of the
+// send phase until ctx ends, and returns each minute's increase.
+func (r *run) clientMinutes(ctx context.Context, began time.Time) []ClientMinute {
+	sum := func() (c ClientMinute) {
+		for _, cl := range r.clients {
+			st := cl.Stats()
+			c.GapFills += st.Gaps
+			c.SyncPages += st.SyncPages
+			c.Synced += st.Synced
+			c.Reconnects += max(st.Connects-1, 0)
+		}
+		return c
+	}
+	var out []ClientMinute
+	prev := sum()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			if time.Since(began) > time.Second {
+				out = append(out, prev.since(sum(), i))
+			}
+			return out
+		case <-t.C:
+			now := sum()
+			out = append(out, prev.since(now, i))
+			prev = now
+		}
 	}
 }
 

@@ -114,10 +114,30 @@ type Report struct {
 	// Timeline is every acked message's scheduled time and ACK latency,
 	// in ACK order, when Options.Timeline is set.
 	Timeline []TimelinePoint `json:"-"`
+	// Minutes are the clients' recovery counters per minute of the send
+	// phase (the last one partial).
+	Minutes []ClientMinute `json:"minutes,omitempty"`
 	// Deliveries are the deliveries of DeliverSamples with their
 	// message's scheduled time, in no order (the chaos suite's delivery
 	// lag per minute).
 	Deliveries []DeliveryPoint `json:"-"`
+}
+
+// ClientMinute is what the clients' recovery did in one minute of the
+// send phase: gap fills started, sync pages of fills, events received in
+// sync pages, reconnects.
+type ClientMinute struct {
+	Minute     int   `json:"minute"`
+	GapFills   int64 `json:"gap_fills"`
+	SyncPages  int64 `json:"sync_pages"`
+	Synced     int64 `json:"synced"`
+	Reconnects int64 `json:"reconnects"`
+}
+
+// since is the increase from c to now, as minute i.
+func (c ClientMinute) since(now ClientMinute, i int) ClientMinute {
+	return ClientMinute{Minute: i, GapFills: now.GapFills - c.GapFills, SyncPages: now.SyncPages - c.SyncPages,
+		Synced: now.Synced - c.Synced, Reconnects: now.Reconnects - c.Reconnects}
 }
 
 // DeliveryPoint is one delivery to a member: when its message was
@@ -217,6 +237,7 @@ func (r *run) report(sendSecs float64) Report {
 		rep.RateMsgsPerS = float64(r.acked) / sendSecs
 	}
 	rep.Timeline = slices.Clone(r.timeline)
+	rep.Minutes = slices.Clone(r.minutes)
 	rep.AckSamples = slices.Clone(r.ackMs)
 	slices.Sort(rep.AckSamples)
 	slices.Sort(rep.DeliverSamples)

@@ -135,7 +135,8 @@ type Config struct {
 	// ReplicatedEnv: SEQBENCH_REPLICATED_ENV, space-separated NAME=value
 	// the replicated phase's services get (after SEQBENCH_SERVICE_ENV),
 	// default the settings docs/operations.md gives for a replicated
-	// cluster: GATEWAY_PRODUCE_LINGER=20ms PERSISTER_FETCH_WAIT=500ms.
+	// cluster: GATEWAY_PRODUCE_LINGER=20ms PERSISTER_FETCH_WAIT=500ms;
+	// empty: the services' own defaults.
 	ReplicatedEnv []string
 	// Doc: SEQBENCH_DOC, the doc whose generated section is rewritten,
 	// default docs/benchmarks.md; empty: no doc.
@@ -190,7 +191,7 @@ func LoadConfig(e *config.Env) (Config, error) {
 		ReplicatedRuns:     e.Int("SEQBENCH_REPLICATED_RUNS", 3, 1, 20),
 		ReplicatedDuration: e.Duration("SEQBENCH_REPLICATED_DURATION", 90*time.Second, 30*time.Second, 30*time.Minute),
 		ReplicatedWarmup:   e.Duration("SEQBENCH_REPLICATED_WARMUP", 60*time.Second, 0, 30*time.Minute),
-		ReplicatedEnv:      strings.Fields(e.String("SEQBENCH_REPLICATED_ENV", "GATEWAY_PRODUCE_LINGER=20ms PERSISTER_FETCH_WAIT=500ms")),
+		ReplicatedEnv:      strings.Fields(e.Optional("SEQBENCH_REPLICATED_ENV", "GATEWAY_PRODUCE_LINGER=20ms PERSISTER_FETCH_WAIT=500ms")),
 		Doc:                e.Optional("SEQBENCH_DOC", "docs/benchmarks.md"),
 		JSON:               e.String("SEQBENCH_JSON", ".data/reports/bench.json"),
 		CPUProfile:         e.String("SEQBENCH_CPUPROFILE", ""),

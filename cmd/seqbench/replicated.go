@@ -85,16 +85,20 @@ func (b *Bench) replicated(ctx context.Context, r *Results) error {
 		rows = append(rows, fmt.Sprintf("| %d | %s | %s | %s | %s | %.2f | %.0f %% | %s |", rate, num(got),
 			num(median(reps, func(r *chaos.Report) float64 { return r.Load.AckP50Ms })), num(ack), num(del), hist, busy, strings.Join(each, ", ")))
 	}
+	env := "`" + strings.Join(b.cfg.ReplicatedEnv, " ") + "`"
+	if len(b.cfg.ReplicatedEnv) == 0 {
+		env = "their own defaults"
+	}
 	if len(rows) > 0 {
 		r.Details = append(r.Details, fmt.Sprintf("### Replicated: three brokers and two of each service\n\n"+
 			"`SEQBENCH_PHASES=replicated go tool task bench`: the chaos suite's topology and load mix without faults\n"+
 			"(%d SDK users, %d sessions, half of them groups of 4, receipts and governance), %s send phase per run,\n"+
 			"medians of %d runs per rate. Deliver: to members at the message's seq. History: events the clients\n"+
 			"received in sync pages per acked message. Busy: the whole machine over the send phase. The services run\n"+
-			"with `%s` (`SEQBENCH_REPLICATED_ENV`).\n\n"+
+			"with %s (`SEQBENCH_REPLICATED_ENV`).\n\n"+
 			"| target msg/s | acked msg/s | ACK p50 ms | ACK p99 ms | deliver p99 ms | history per acked | busy | each run's ACK p99 / deliver p99 ms |\n"+
 			"|---|---|---|---|---|---|---|---|\n%s\n",
-			replicatedUsers, replicatedSessions, b.cfg.ReplicatedDuration, b.cfg.ReplicatedRuns, strings.Join(b.cfg.ReplicatedEnv, " "), strings.Join(rows, "\n")))
+			replicatedUsers, replicatedSessions, b.cfg.ReplicatedDuration, b.cfg.ReplicatedRuns, env, strings.Join(rows, "\n")))
 	}
 	return errors.Join(errs...)
 }

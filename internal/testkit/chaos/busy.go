@@ -186,3 +186,55 @@ func coresBetween(a, b map[string]float64, secs float64) map[string]float64 {
 	}
 	return out
 }
+
+// lagMeter samples the services' consumer groups' lag (records behind
+// the log end, by committed offsets) every 10s of the send phase and
+// keeps each minute's largest per group.
+type lagMeter struct {
+	mu  sync.Mutex
+	max []map[string]int64 // by minute: group → largest lag seen
+}
+
+func (s *suite) measureLag(ctx context.Context, m *lagMeter, until time.Time) {
+	groups := map[string]string{"chaos-" + s.id + "-seq": "sequencer", "chaos-" + s.id + "-per": "persister", "chaos-" + s.id + "-push": "pusher"}
+	names := make([]string, 0, len(groups))
+	for g := range groups {
+		names = append(names, g)
+	}
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for time.Now().Before(until) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		lags, err := s.adm.Lag(lctx, names...)
+		cancel()
+		if err != nil {
+			continue
+		}
+		i := max(int(time.Since(s.sendStart)/time.Minute), 0)
+		m.mu.Lock()
+		for len(m.max) <= i {
+			m.max = append(m.max, map[string]int64{})
+		}
+		for g, l := range lags {
+			if l.Error() == nil {
+				m.max[i][groups[g]] = max(m.max[i][groups[g]], l.Lag.Total())
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// minute returns minute i's largest lag per group (nil: not sampled).
+func (m *lagMeter) minute(i int) map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i < len(m.max) {
+		return m.max[i]
+	}
+	return nil
+}

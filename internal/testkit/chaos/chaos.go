@@ -350,6 +350,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	sendEnd := s.sendStart.Add(o.Duration)
 	busy := &busyMeter{}
 	bg.Go(func() { busy.run(bctx, sendEnd) })
+	lag := &lagMeter{}
+	bg.Go(func() { s.measureLag(bctx, lag, sendEnd) })
 	cpuStart := s.groupCPU()
 	var cpuEnd map[string]float64
 	bg.Go(func() {
@@ -449,6 +451,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.DeliveryMinutes = deliveryMinutes(at, ms, rep.Faults, rep.RecoveryTargetS)
 	for i := range rep.DeliveryMinutes {
 		rep.DeliveryMinutes[i].BusyPct = busy.minute(i)
+		rep.DeliveryMinutes[i].MaxLag = lag.minute(i)
 	}
 	rep.BusyPct = busy.whole()
 	if cpuEnd != nil {

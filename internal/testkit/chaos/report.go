@@ -148,7 +148,10 @@ type DeliveryMinute struct {
 	Faulted    bool    `json:"faulted,omitempty"`
 	Judged     bool    `json:"judged"`
 	// BusyPct: how busy the machine was in the minute (all its cores).
-	BusyPct float64 `json:"busy_pct"`
+	// MaxLag: the largest lag of each service's consumer group sampled in
+	// it (every 10s, records behind the log end by committed offsets).
+	BusyPct float64          `json:"busy_pct"`
+	MaxLag  map[string]int64 `json:"max_lag,omitempty"`
 }
 
 // minJudged is the fewest deliveries in a minute whose p99 is judged.
@@ -324,6 +327,15 @@ func (r *Report) Table(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "(deliver p99 per minute, ms, and the machine's busy share; f: a fault's window, -: too few to judge; bound %.0f: %s; busy over the send phase %.0f%%)\n",
 			r.DeliverP99BoundMs, strings.Join(mins, " "), r.BusyPct)
+	}
+	var lags []string
+	for _, m := range r.DeliveryMinutes {
+		if m.MaxLag != nil {
+			lags = append(lags, fmt.Sprintf("%d/%d/%d", m.MaxLag["sequencer"], m.MaxLag["persister"], m.MaxLag["pusher"]))
+		}
+	}
+	if len(lags) > 0 {
+		fmt.Fprintf(w, "(largest consumer lag per minute, records, sequencer/persister/pusher: %s)\n", strings.Join(lags, " "))
 	}
 	if len(r.CPUCores) > 0 {
 		groups := slices.Sorted(maps.Keys(r.CPUCores))
