@@ -431,8 +431,9 @@ func (r *TCPReceiver) Receive(ctx context.Context, gatewayID string, h Handler) 
 		if len(conns) >= r.opts.MaxConns || shaking >= r.opts.MaxHandshakes {
 			n, hs := len(conns), shaking
 			cmu.Unlock()
-			c.Close()
+			// Counted before the close: whoever sees the close sees the count.
 			rejected(c, reject(RejectConnLimit, "%d connections open (cap %d), %d in handshake (cap %d)", n, r.opts.MaxConns, hs, r.opts.MaxHandshakes))
+			c.Close()
 			continue
 		}
 		conns[c] = struct{}{}
