@@ -27,6 +27,9 @@ import (
 func runChat(ctx context.Context, args []string) error { return chat(ctx, os.Stdin, os.Stdout, args) }
 
 func chat(ctx context.Context, in io.Reader, out io.Writer, args []string) error {
+	// Events, disconnects and the loop's own lines are written from
+	// different goroutines.
+	out = &lockedWriter{w: out}
 	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
 	cf := addConnFlags(fs, "chat")
 	session := fs.String("session", "", "session ID")
@@ -198,4 +201,16 @@ func renderEvent(e client.Event, me string) string {
 		return fmt.Sprintf("[%s #%d] %s recalled #%d", ts, e.Seq, who, e.TargetSeq)
 	}
 	return fmt.Sprintf("[%s #%d] %s: %s", ts, e.Seq, who, e.Kind)
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
