@@ -60,7 +60,7 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	minFaults := fs.Int("min-faults", 0, "fail when fewer faults were injected (default 50, -short 8)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds (default all, -short the short set); see internal/testkit/chaos")
 	sessionTimeout := fs.Duration("session-timeout", 6*time.Second, "consumer group session timeout of every service")
-	deliverBound := fs.Duration("deliver-p99-bound", 2*time.Second, "delivery-lag harm: a minute clear of faults whose deliver p99 is over this counts")
+	deliverBound := fs.Duration("deliver-p99-bound", 0, "delivery-lag harm: a minute clear of faults whose deliver p99 is over this counts (default 2s, 5s with -short)")
 	maxRecovery := fs.Duration("max-recovery", 2*time.Minute, "a fault not recovered within this fails the run")
 	jsonOut := fs.String("json", "", "report file (default .data/reports/chaos.json, -short .data/reports/chaos-short.json)")
 	serviceEnv := fs.String("env", "", "space-separated NAME=value added to every service's environment (experiments)")
@@ -100,6 +100,12 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 		}
 		if o.MinFaults == 0 {
 			o.MinFaults = 8
+		}
+		if o.DeliverP99Bound == 0 {
+			// The short run's faults come back to back and leave few
+			// minutes clear of them, each right after one; on a shared CI
+			// machine a clear minute's p99 reached 1.9 s at 20 msg/s.
+			o.DeliverP99Bound = 5 * time.Second
 		}
 	}
 	if o.Duration == 0 {
